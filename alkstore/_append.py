@@ -1,0 +1,95 @@
+"""`alkstore.append`: append into a transaction the application already holds."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Iterable
+from typing import Any, overload
+
+import apsw
+import psycopg
+
+from alkstore import _config, _engine, _events, postgres, sqlite
+
+
+def _rows(
+    events: Iterable[_events.Event], key: str | None, headers: dict[str, str] | None
+) -> list[_engine.EventRow]:
+    return list(_engine.batched_rows(list(events), _engine.check_key(key), headers))
+
+
+@overload
+def append_many(
+    conn: psycopg.AsyncConnection[Any],
+    events: Iterable[_events.Event],
+    *,
+    key: str | None = ...,
+    headers: dict[str, str] | None = ...,
+    namespace: str = ...,
+) -> Awaitable[None]: ...
+@overload
+def append_many(
+    conn: psycopg.Connection[Any] | apsw.Connection,
+    events: Iterable[_events.Event],
+    *,
+    key: str | None = ...,
+    headers: dict[str, str] | None = ...,
+    namespace: str = ...,
+) -> None: ...
+def append_many(
+    conn: Any,
+    events: Iterable[_events.Event],
+    *,
+    key: str | None = None,
+    headers: dict[str, str] | None = None,
+    namespace: str = _config.DEFAULT_NAMESPACE,
+) -> Awaitable[None] | None:
+    """Append events on a connection you own, inside the transaction open on it.
+
+    Works on apsw.Connection, psycopg.Connection and psycopg.AsyncConnection
+    (await the result). The events commit or roll back with your transaction;
+    with no transaction open this raises NotInTransaction, it never autocommits.
+    """
+    _config.check_name("namespace", namespace)
+    rows = _rows(events, key, headers)
+    if isinstance(conn, psycopg.AsyncConnection):
+        return postgres.append_on_async(conn, namespace, rows)
+    if isinstance(conn, psycopg.Connection):
+        postgres.append_on(conn, namespace, rows)
+    elif isinstance(conn, apsw.Connection):
+        sqlite.append_on(conn, namespace, rows)
+    else:
+        raise TypeError(
+            "alkstore.append takes an apsw.Connection, psycopg.Connection or "
+            f"psycopg.AsyncConnection, got {type(conn).__name__}"
+        )
+    return None
+
+
+@overload
+def append(
+    conn: psycopg.AsyncConnection[Any],
+    event: _events.Event,
+    *,
+    key: str | None = ...,
+    headers: dict[str, str] | None = ...,
+    namespace: str = ...,
+) -> Awaitable[None]: ...
+@overload
+def append(
+    conn: psycopg.Connection[Any] | apsw.Connection,
+    event: _events.Event,
+    *,
+    key: str | None = ...,
+    headers: dict[str, str] | None = ...,
+    namespace: str = ...,
+) -> None: ...
+def append(
+    conn: Any,
+    event: _events.Event,
+    *,
+    key: str | None = None,
+    headers: dict[str, str] | None = None,
+    namespace: str = _config.DEFAULT_NAMESPACE,
+) -> Awaitable[None] | None:
+    """Append one event on a connection you own; see `append_many`."""
+    return append_many(conn, [event], key=key, headers=headers, namespace=namespace)

@@ -1,0 +1,64 @@
+"""Database URLs and names, checked before anything touches a database."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Literal
+from urllib.parse import urlsplit
+
+from alkstore import _errors
+
+DEFAULT_URL = "sqlite:///alkstore.db"
+DEFAULT_NAMESPACE = "alkstore"
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
+NAME_RULE = "use 1-40 characters: lowercase letters, digits and _, starting with a letter"
+
+
+def check_name(kind: str, name: object) -> str:
+    """Return `name` if it is a safe identifier, else raise InvalidName."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise _errors.InvalidName(kind, name, NAME_RULE)
+    if kind == "namespace" and (name.startswith("pg_") or name == "public"):
+        raise _errors.InvalidName(kind, name, "reserved by PostgreSQL")
+    return name
+
+
+@dataclass(frozen=True)
+class Target:
+    """A parsed database URL."""
+
+    engine: Literal["sqlite", "postgres"]
+    url: str
+    path: str = ""  # sqlite only: a file path or ":memory:"
+
+
+def parse_url(url: str | None) -> Target:
+    """Parse `sqlite:///path`, `sqlite:///:memory:` or `postgresql://...`.
+
+    `None` means `$ALKSTORE_DB`, or the embedded default `sqlite:///alkstore.db`.
+    """
+    if url is None:
+        url = os.environ.get("ALKSTORE_DB") or DEFAULT_URL
+    if not isinstance(url, str) or not url:
+        raise _errors.InvalidURL(str(url), "expected a non-empty string")
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise _errors.InvalidURL(url, "expected scheme://..., e.g. sqlite:///app.db")
+    scheme = scheme.lower()
+    if scheme == "sqlite":
+        if not rest.startswith("/") or len(rest) < 2:
+            raise _errors.InvalidURL(url, "expected sqlite:///relative.db or sqlite:////abs.db")
+        path = rest[1:]
+        if "?" in path or "#" in path:
+            raise _errors.InvalidURL(url, "query strings are not supported for sqlite")
+        return Target("sqlite", url, path)
+    if scheme in ("postgresql", "postgres"):
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - validates the port
+        except ValueError as exc:
+            raise _errors.InvalidURL(url, str(exc)) from None
+        return Target("postgres", url)
+    raise _errors.InvalidURL(url, f"unknown scheme {scheme!r}: use sqlite or postgresql")

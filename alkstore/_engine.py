@@ -1,0 +1,118 @@
+"""The seam between the logic and the storage engines.
+
+`Engine` is the contract both engines implement (`alkstore.sqlite` and
+`alkstore.postgres`); conformance is checked statically, see
+`tests/unit/test_engine_seam.py`. Everything above it (store, log, later queues
+and relay) is written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cached_property
+from typing import Any, Literal, Protocol
+
+from alkstore import _events, _wake
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    """An encoded event ready to insert."""
+
+    type: str
+    key: str | None
+    headers: bytes | None
+    payload: bytes
+
+
+class LogEntry:
+    """One committed event as read from the log, in log order."""
+
+    __slots__ = ("__dict__", "appended_at", "headers", "key", "position", "raw", "type")
+
+    def __init__(
+        self,
+        position: int,
+        type: str,
+        key: str | None,
+        headers: dict[str, str],
+        raw: bytes | str,
+        appended_at: datetime,
+    ) -> None:
+        self.position = position
+        self.type = type
+        self.key = key
+        self.headers = headers
+        self.raw = raw
+        self.appended_at = appended_at
+
+    @cached_property
+    def payload(self) -> _events.Event:
+        """The decoded event (decoded on first access)."""
+        return _events.codec.decode(self.type, self.raw)
+
+    def __repr__(self) -> str:
+        return f"LogEntry(position={self.position}, type={self.type!r}, key={self.key!r})"
+
+
+class Engine(Protocol):
+    """What a storage engine provides to the logic above it."""
+
+    @property
+    def name(self) -> Literal["sqlite", "postgres"]: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    def migrate(self) -> list[int]:
+        """Apply pending migrations (safe to run from many processes); return versions applied."""
+        ...
+
+    def ddl(self, *, pending_only: bool) -> str:
+        """The DDL `migrate()` would run (all of it, or only what is pending)."""
+        ...
+
+    def transaction(self) -> AbstractContextManager[Any]:
+        """Open a write transaction; yield the raw driver connection; commit on success."""
+        ...
+
+    def committed(self) -> None:
+        """Called after a store transaction that wrote something has committed."""
+        ...
+
+    def insert_events(self, conn: Any, rows: Sequence[EventRow]) -> None:
+        """Insert encoded events inside the transaction open on `conn`."""
+        ...
+
+    def read(self, after: int, limit: int) -> list[LogEntry]:
+        """Committed events with position > after, in log order."""
+        ...
+
+    def head(self) -> int:
+        """The position of the newest committed event (0 for an empty log)."""
+        ...
+
+    @property
+    def wake(self) -> _wake.Wake: ...
+
+    def close(self) -> None: ...
+
+
+def batched_rows(
+    events: Sequence[_events.Event], key: str | None, headers: dict[str, str] | None
+) -> Iterator[EventRow]:
+    """Encode events with the process codec (errors surface before any SQL runs)."""
+    codec = _events.codec
+    encoded_headers = codec.encode_headers(headers)
+    for event in events:
+        name, payload = codec.encode(event)
+        yield EventRow(name, key, encoded_headers, payload)
+
+
+def check_key(key: object) -> str | None:
+    if key is not None and not isinstance(key, str):
+        raise TypeError(f"key must be a str or None, got {type(key).__name__}")
+    return key

@@ -1,0 +1,80 @@
+"""The alkstore error tree: one root, data on the errors, docstrings as default messages."""
+
+from __future__ import annotations
+
+
+class AlkstoreError(Exception):
+    """An alkstore operation failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or type(self).__name__).strip())
+
+
+class ConfigurationError(AlkstoreError, ValueError):
+    """alkstore was configured with a value it cannot use."""
+
+
+class InvalidURL(ConfigurationError):
+    """The database URL is not one alkstore understands."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.url = url
+        self.reason = reason
+        super().__init__(f"invalid database URL {url!r}: {reason}")
+
+
+class InvalidName(ConfigurationError):
+    """A name (namespace, queue, ...) is not a safe identifier."""
+
+    def __init__(self, kind: str, name: object, rule: str) -> None:
+        self.kind = kind
+        self.name = name
+        super().__init__(f"invalid {kind} name {name!r}: {rule}")
+
+
+class EventError(AlkstoreError):
+    """An event could not be encoded or decoded."""
+
+
+class UnknownEventType(EventError):
+    """No Event class with this type tag is defined in this process."""
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+        super().__init__(
+            f"unknown event type {type_name!r}: define `class X(alkstore.Event, "
+            f"tag={type_name!r})` and import it before decoding"
+        )
+
+
+class DuplicateEventType(EventError, ValueError):
+    """Two Event classes claim the same type tag."""
+
+    def __init__(self, type_name: str, first: type, second: type) -> None:
+        self.type_name = type_name
+        super().__init__(
+            f"event type {type_name!r} is defined twice: "
+            f"{first.__module__}.{first.__qualname__} and "
+            f"{second.__module__}.{second.__qualname__}"
+        )
+
+
+class InvalidPayload(EventError):
+    """A payload does not match its event type."""
+
+    def __init__(self, type_name: str, detail: str) -> None:
+        self.type_name = type_name
+        self.detail = detail
+        super().__init__(f"invalid payload for event type {type_name!r}: {detail}")
+
+
+class NotInTransaction(AlkstoreError):
+    """Appending needs an open transaction on the connection; alkstore never autocommits."""
+
+
+class StorageError(AlkstoreError):
+    """The database refused an operation."""
+
+
+class NotMigrated(StorageError):
+    """The alkstore schema is missing or out of date: run `store.migrate()` or `alkstore migrate`."""

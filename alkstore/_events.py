@@ -1,0 +1,126 @@
+"""Typed events (msgspec Structs) and the one codec of the process.
+
+An event's type name is its msgspec tag; it is stored in its own column beside
+the JSON payload (see docs/adr/0003-event-encoding.md).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, ClassVar
+
+import msgspec
+
+from alkstore import _errors
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True):
+    """Base class of every event: `class OrderPlaced(Event, tag="order.placed")`.
+
+    Follow msgspec's schema-evolution rules: new fields get defaults, field types
+    never change, tags never change.
+    """
+
+    _subclasses: ClassVar[list[type[Event]]] = []
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # msgspec sets the tag after __init_subclass__; resolve lazily in the codec.
+        Event._subclasses.append(cls)
+
+
+def type_name(event_cls: type[Event]) -> str:
+    """The stored type name of an Event class (its msgspec tag)."""
+    tag = event_cls.__struct_config__.tag
+    if not isinstance(tag, str):
+        raise _errors.EventError(
+            f"{event_cls.__qualname__} has no string tag: declare it as "
+            f"`class {event_cls.__name__}(alkstore.Event, tag=\"some.name\")`"
+        )
+    return tag
+
+
+class Codec:
+    """Encodes events and headers to JSON and decodes them back by type name."""
+
+    def __init__(self) -> None:
+        self._encoder = msgspec.json.Encoder()
+        self._decoders: dict[str, msgspec.json.Decoder[Any]] = {}
+        self._types: dict[str, type[Event]] = {}
+        self._seen = 0
+        self._clashes: dict[str, tuple[type[Event], type[Event]]] = {}
+        self._lock = threading.Lock()
+        self._headers = msgspec.json.Decoder(dict[str, str])
+
+    def encode(self, event: Event) -> tuple[str, bytes]:
+        """Return (type name, JSON payload) for an event instance."""
+        if not isinstance(event, Event):
+            raise _errors.EventError(
+                f"expected an alkstore.Event instance, got {type(event).__name__}"
+            )
+        name = type_name(type(event))
+        try:
+            return name, self._encoder.encode(event)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise _errors.InvalidPayload(name, str(exc)) from exc
+
+    def encode_value(self, value: object) -> bytes:
+        """Encode any msgspec-encodable value (headers, job payloads)."""
+        try:
+            return self._encoder.encode(value)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise _errors.EventError(f"cannot encode value: {exc}") from exc
+
+    def encode_headers(self, headers: dict[str, str] | None) -> bytes | None:
+        if not headers:
+            return None
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+            raise _errors.EventError("headers must map str to str")
+        return self._encoder.encode(headers)
+
+    def decode_headers(self, raw: bytes | str | None) -> dict[str, str]:
+        return self._headers.decode(raw) if raw else {}
+
+    def event_class(self, name: str) -> type[Event]:
+        cls = self._types.get(name)
+        if cls is None:
+            self._refresh()
+            cls = self._types.get(name)
+            if cls is None:
+                raise _errors.UnknownEventType(name)
+        clash = self._clashes.get(name)
+        if clash is not None:
+            raise _errors.DuplicateEventType(name, *clash)
+        return cls
+
+    def decode(self, name: str, payload: bytes | str) -> Event:
+        """Decode a stored payload into its Event class; errors carry msgspec's path."""
+        decoder = self._decoders.get(name)
+        if decoder is None:
+            decoder = msgspec.json.Decoder(self.event_class(name))
+            self._decoders[name] = decoder
+        try:
+            event: Event = decoder.decode(payload)
+        except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
+            raise _errors.InvalidPayload(name, str(exc)) from exc
+        return event
+
+    def _refresh(self) -> None:
+        with self._lock:
+            subclasses = Event._subclasses
+            for cls in subclasses[self._seen :]:
+                tag = cls.__struct_config__.tag
+                if not isinstance(tag, str):
+                    continue  # an untagged intermediate base class
+                first = self._types.setdefault(tag, cls)
+                if first is cls:
+                    continue
+                if (first.__module__, first.__qualname__) == (cls.__module__, cls.__qualname__):
+                    self._types[tag] = cls  # the same class defined again (a reload)
+                else:
+                    self._clashes[tag] = (first, cls)
+            self._seen = len(subclasses)
+
+
+codec = Codec()
+"""The process-wide codec."""

@@ -1,0 +1,47 @@
+"""Named SQL in `.sql` files: `-- name: xyz` headers, loaded once per engine.
+
+`{ns}` in a query is the namespace: a PostgreSQL schema or an SQLite table
+prefix. Namespaces are validated identifiers (see `_config.check_name`), so the
+substitution cannot inject SQL.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+from typing import LiteralString, cast
+
+_HEADER = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+
+
+@cache
+def _raw(package: str, filename: str) -> dict[str, str]:
+    text = resources.files(package).joinpath(filename).read_text("utf-8")
+    parts = _HEADER.split(text)
+    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+@cache
+def queries(package: str, ns: str, filename: str = "sql/queries.sql") -> dict[str, LiteralString]:
+    """The named queries of an engine package, with `{ns}` filled in (cached: do not mutate)."""
+    return {
+        name: cast(LiteralString, body.replace("{ns}", ns))
+        for name, body in _raw(package, filename).items()
+    }
+
+
+def query_names(package: str, filename: str = "sql/queries.sql") -> set[str]:
+    return set(_raw(package, filename))
+
+
+def migrations(package: str, ns: str) -> list[tuple[int, str, LiteralString]]:
+    """(version, name, DDL) of every `sql/migrations/NNNN_name.sql`, in order."""
+    folder = resources.files(package).joinpath("sql/migrations")
+    found = []
+    for entry in folder.iterdir():
+        match = re.fullmatch(r"(\d{4})_([a-z0-9_]+)\.sql", entry.name)
+        if match:
+            ddl = entry.read_text("utf-8").replace("{ns}", ns)
+            found.append((int(match[1]), match[2], cast(LiteralString, ddl)))
+    return sorted(found)

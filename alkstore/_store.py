@@ -1,0 +1,154 @@
+"""The Store: one namespace on one database, and the transactions that append to it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from alkstore import _config, _engine, _events, _wake
+
+
+class Transaction:
+    """An open write transaction: your business writes and appended events commit together."""
+
+    def __init__(self, engine: _engine.Engine, connection: Any) -> None:
+        self._engine = engine
+        self.connection = connection
+        """The raw driver connection (apsw.Connection or psycopg.Connection)."""
+        self.wrote = False
+        self._open = True
+
+    def append(
+        self,
+        event: _events.Event,
+        *,
+        key: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Append one event; it becomes visible in the log when the transaction commits."""
+        self.append_many([event], key=key, headers=headers)
+
+    def append_many(
+        self,
+        events: Iterable[_events.Event],
+        *,
+        key: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Append events in order, all with the same key and headers."""
+        if not self._open:
+            raise RuntimeError("this transaction has ended")
+        rows = list(_engine.batched_rows(list(events), _engine.check_key(key), headers))
+        if rows:
+            self._engine.insert_events(self.connection, rows)
+            self.wrote = True
+
+
+class Log:
+    """Read access to the committed event log, in log (commit) order."""
+
+    def __init__(self, engine: _engine.Engine) -> None:
+        self._engine = engine
+
+    def read(self, after: int = 0, limit: int = 100) -> list[_engine.LogEntry]:
+        """Up to `limit` committed events with position > `after`, oldest first."""
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise ValueError(f"after must be a non-negative int, got {after!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit must be a positive int, got {limit!r}")
+        return self._engine.read(after, limit)
+
+    def head(self) -> int:
+        """The position of the newest committed event (0 when the log is empty)."""
+        return self._engine.head()
+
+    def tail(
+        self, after: int = 0, *, batch: int = 500, timeout: float = 1.0
+    ) -> Iterator[_engine.LogEntry]:
+        """Follow the log forever from `after`, sleeping on the wake between batches."""
+        listener = self._engine.wake.listener()
+        while True:
+            entries = self.read(after, batch)
+            yield from entries
+            if entries:
+                after = entries[-1].position
+            if len(entries) < batch:
+                listener.wait(timeout)
+
+
+class Store:
+    """alkstore on one database and namespace. Create it with `alkstore.connect()`."""
+
+    def __init__(self, engine: _engine.Engine) -> None:
+        self._engine = engine
+        self.log = Log(engine)
+
+    @property
+    def engine(self) -> _engine.Engine:
+        return self._engine
+
+    @property
+    def namespace(self) -> str:
+        return self._engine.namespace
+
+    def migrate(self) -> list[int]:
+        """Create or upgrade alkstore's tables; idempotent and safe to run concurrently."""
+        return self._engine.migrate()
+
+    def sql(self, *, pending_only: bool = False) -> str:
+        """The DDL that `migrate()` runs, for review; applies nothing."""
+        return self._engine.ddl(pending_only=pending_only)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        """Open a transaction; commit on normal exit, roll back on an exception."""
+        with self._engine.transaction() as connection:
+            tx = Transaction(self._engine, connection)
+            try:
+                yield tx
+            finally:
+                tx._open = False
+        if tx.wrote:
+            self._engine.committed()
+
+    def listen(self) -> _wake.Listener:
+        """A listener whose `wait(timeout)` returns when something new may be committed."""
+        return self._engine.wake.listener()
+
+    def close(self) -> None:
+        self._engine.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<alkstore.Store {self._engine.name} namespace={self.namespace!r}>"
+
+
+def connect(
+    url: str | None = None,
+    *,
+    namespace: str = _config.DEFAULT_NAMESPACE,
+    pool_size: int = 10,
+) -> Store:
+    """Open a store: `sqlite:///app.db`, `sqlite:///:memory:` or `postgresql://...`.
+
+    With no URL: `$ALKSTORE_DB`, else the embedded `sqlite:///alkstore.db`.
+    Bad URLs and namespaces raise before anything touches a database.
+    """
+    target = _config.parse_url(url)
+    _config.check_name("namespace", namespace)
+    engine: _engine.Engine
+    if target.engine == "sqlite":
+        from alkstore import sqlite
+
+        engine = sqlite.SqliteEngine(target.path, namespace)
+    else:
+        from alkstore import postgres
+
+        engine = postgres.PostgresEngine(target.url, namespace, pool_size=pool_size)
+    return Store(engine)

@@ -1,0 +1,5 @@
+"""The PostgreSQL engine (psycopg 3): post-commit sequencing, LISTEN/NOTIFY wakes."""
+
+from alkstore.postgres._engine import PostgresEngine, append_on, append_on_async
+
+__all__ = ["PostgresEngine", "append_on", "append_on_async"]

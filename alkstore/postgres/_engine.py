@@ -1,0 +1,331 @@
+"""The PostgreSQL engine, through psycopg 3.
+
+Commit order: appenders insert rows without a position; `sequence_events`
+(SQL, under an advisory lock only sequencers take) numbers rows after they
+commit. Readers sequence before they read. See docs/adr/0004.
+
+Wakes: NOTIFY inside an application transaction takes a cluster-wide lock at
+commit and serialises every notifying commit (measured in ADR 0004), so
+alkstore never notifies inside a transaction. A per-store notifier thread
+sends one coalesced NOTIFY after our own commits, and after the commit of a
+caller-owned connection it was told about.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal, LiteralString
+
+import psycopg
+import psycopg_pool
+import tenacity
+from psycopg import errors as pg_errors
+from psycopg.pq import TransactionStatus
+
+from alkstore import _engine, _errors, _events, _sql, _wake
+
+_PACKAGE = "alkstore.postgres"
+SEQUENCE_BATCH = 5_000
+LISTEN_POLL = 0.25  # seconds: how often the listener thread checks for close()
+WATCH_POLL = 0.001  # seconds between checks of caller-owned connections' transactions
+
+_MISSING = (pg_errors.UndefinedTable, pg_errors.UndefinedFunction, pg_errors.InvalidSchemaName)
+
+
+@contextmanager
+def translate() -> Iterator[None]:
+    """Stop psycopg errors at the seam."""
+    try:
+        yield
+    except _MISSING as exc:
+        raise _errors.NotMigrated() from exc
+    except psycopg.Error as exc:
+        raise _errors.StorageError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def connect_probe(url: str) -> None:
+    """Fail fast with the server's reason when the database cannot be reached."""
+    try:
+        psycopg.connect(url, connect_timeout=10).close()
+    except psycopg.Error as exc:
+        raise _errors.StorageError(f"cannot connect to PostgreSQL: {exc}") from exc
+
+
+class PostgresEngine:
+    """`alkstore.Engine` on one PostgreSQL database; the namespace is a schema."""
+
+    def __init__(self, url: str, namespace: str, *, pool_size: int = 10) -> None:
+        connect_probe(url)
+        self._url = url
+        self._namespace = namespace
+        self._q = _sql.queries(_PACKAGE, namespace)
+        self._pool = psycopg_pool.ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max(1, pool_size),
+            kwargs={"autocommit": True},
+            open=True,
+            name=f"alkstore-{namespace}",
+        )
+        self._wake = _wake.Wake()
+        self._closed = threading.Event()
+        self._listener: threading.Thread | None = None
+        self._lock = threading.Lock()
+        with self._pool.connection() as conn:
+            dbname = conn.info.dbname
+        self.notifier = Notifier(url, self._q["notify"], self._closed)
+        _notifiers[(namespace, dbname)] = self.notifier
+
+    @property
+    def name(self) -> Literal["postgres"]:
+        return "postgres"
+
+    @property
+    def namespace(self) -> str:
+        return self._namespace
+
+    @property
+    def wake(self) -> _wake.Wake:
+        if self._listener is None:
+            with self._lock:
+                if self._listener is None:
+                    self._listener = threading.Thread(
+                        target=self._listen, name="alkstore-pg-listen", daemon=True
+                    )
+                    self._listener.start()
+        return self._wake
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled autocommit connection."""
+        if self._closed.is_set():
+            raise _errors.AlkstoreError("the store is closed")
+        with self._pool.connection() as conn:
+            yield conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        with self.connection() as conn, conn.transaction():
+            yield conn
+
+    def committed(self) -> None:
+        """Our own transaction committed something: wake listeners everywhere."""
+        self.notifier.committed()
+
+    # -- schema ----------------------------------------------------------------------
+
+    def _pending(self, conn: psycopg.Connection[Any]) -> list[tuple[int, str, LiteralString]]:
+        applied: set[int] = set()
+        exists = conn.execute(self._q["migrations_table_exists"]).fetchone()
+        if exists and exists[0]:
+            applied = {row[0] for row in conn.execute(self._q["applied_versions"])}
+        return [m for m in _sql.migrations(_PACKAGE, self._namespace) if m[0] not in applied]
+
+    def migrate(self) -> list[int]:
+        done = []
+        with self.transaction() as conn, translate():
+            conn.execute(self._q["lock_migrations"])  # one migrating process at a time
+            conn.execute(self._q["create_schema"])
+            conn.execute(self._q["create_migrations_table"])
+            for version, name, ddl in self._pending(conn):
+                conn.execute(ddl)
+                conn.execute(self._q["record_migration"], (version, name))
+                done.append(version)
+        return done
+
+    def ddl(self, *, pending_only: bool) -> str:
+        if pending_only:
+            with self.connection() as conn, translate():
+                todo = self._pending(conn)
+        else:
+            todo = _sql.migrations(_PACKAGE, self._namespace)
+        parts = [self._q["create_schema"] + ";", self._q["create_migrations_table"] + ";"]
+        for version, name, ddl in todo:
+            parts.append(f"-- migration {version:04d}_{name}\n{ddl.strip()}")
+        return "\n\n".join(parts) + "\n"
+
+    # -- the log ---------------------------------------------------------------------
+
+    def insert_events(self, conn: Any, rows: Sequence[_engine.EventRow]) -> None:
+        insert(conn, self._q["insert_event"], rows)
+
+    def sequence(self, conn: psycopg.Connection[Any], batch: int = SEQUENCE_BATCH) -> int:
+        """Number committed events; returns how many got a position."""
+        row = conn.execute(self._q["sequence_events"], (batch,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def read(self, after: int, limit: int) -> list[_engine.LogEntry]:
+        decode_headers = _events.codec.decode_headers
+        with self.connection() as conn, translate():
+            self.sequence(conn, max(limit, SEQUENCE_BATCH))
+            cursor = conn.execute(self._q["read_events"], (after, limit))
+            return [
+                _engine.LogEntry(pos, typ, key, decode_headers(hdr), payload, at)
+                for pos, typ, key, hdr, payload, at in cursor
+            ]
+
+    def head(self) -> int:
+        with self.connection() as conn, translate():
+            while self.sequence(conn) == SEQUENCE_BATCH:
+                pass
+            row = conn.execute(self._q["head"]).fetchone()
+            return int(row[0]) if row else 0
+
+    # -- wake ------------------------------------------------------------------------
+
+    def _listen(self) -> None:
+        """LISTEN on the namespace channel; fire the wake on every notification."""
+        wait = tenacity.wait_random_exponential(multiplier=0.05, max=5)
+        attempt = 0
+        while not self._closed.is_set():
+            try:
+                with psycopg.connect(self._url, autocommit=True) as conn:
+                    conn.execute(self._q["listen"])
+                    attempt = 0
+                    self._wake.fire()  # anything may have happened while we were away
+                    while not self._closed.is_set():
+                        for _ in conn.notifies(timeout=LISTEN_POLL):
+                            self._wake.fire()
+            except psycopg.Error:
+                attempt += 1
+                self._wake.fire()
+                self._closed.wait(wait(_retry_state(attempt)))
+
+    def close(self) -> None:
+        self._closed.set()
+        self.notifier.stop()
+        if self._listener is not None:
+            self._listener.join()
+        self._pool.close()
+
+
+def _retry_state(attempt: int) -> tenacity.RetryCallState:
+    state = tenacity.RetryCallState(tenacity.Retrying(), None, (), {})
+    state.attempt_number = attempt
+    return state
+
+
+def params(row: _engine.EventRow) -> tuple[str, str | None, str | None, str]:
+    headers = row.headers.decode() if row.headers is not None else None
+    return (row.type, row.key, headers, row.payload.decode())
+
+
+def insert(conn: psycopg.Connection[Any], query: LiteralString, rows: Sequence[_engine.EventRow]) -> None:
+    with translate():
+        if len(rows) == 1:
+            conn.execute(query, params(rows[0]))
+        else:
+            conn.cursor().executemany(query, [params(r) for r in rows])
+
+
+class Notifier:
+    """Sends coalesced NOTIFYs outside application transactions, from its own thread."""
+
+    def __init__(self, url: str, query: LiteralString, closed: threading.Event) -> None:
+        self._url = url
+        self._query = query
+        self._closed = closed
+        self._signal = threading.Event()
+        self._commit_pending = False
+        self._watched: list[Any] = []  # caller-owned connections with appends in flight
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="alkstore-pg-notify", daemon=True)
+        self._thread.start()
+
+    def committed(self) -> None:
+        with self._lock:
+            self._commit_pending = True
+        self._signal.set()
+
+    def watch(self, conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
+        """Notify once `conn`'s open transaction ends (it may commit the append)."""
+        with self._lock:
+            self._watched.append(weakref.ref(conn))
+        self._signal.set()
+
+    def stop(self) -> None:
+        self._closed.set()
+        self._signal.set()
+        self._thread.join()
+
+    def _due(self) -> bool:
+        """True if a commit is to be announced; drops watched connections that finished."""
+        with self._lock:
+            ended, self._commit_pending = self._commit_pending, False
+            keep = []
+            for ref in self._watched:
+                conn = ref()
+                if conn is None or conn.closed:
+                    continue
+                status = conn.info.transaction_status
+                if status == TransactionStatus.IDLE:
+                    ended = True
+                elif status != TransactionStatus.UNKNOWN:
+                    keep.append(ref)
+            self._watched = keep
+        return ended
+
+    def _run(self) -> None:
+        conn: psycopg.Connection[Any] | None = None
+        while not self._closed.is_set():
+            self._signal.wait(WATCH_POLL if self._watched else None)
+            self._signal.clear()
+            if not self._due() or self._closed.is_set():
+                continue
+            try:
+                if conn is None or conn.closed:
+                    conn = psycopg.connect(self._url, autocommit=True)
+                conn.execute(self._query)
+            except psycopg.Error:
+                conn = None  # listeners' re-poll covers the gap; retry on the next commit
+        if conn is not None:
+            conn.close()
+
+
+_notifiers: weakref.WeakValueDictionary[tuple[str, str], Notifier] = (
+    weakref.WeakValueDictionary()
+)
+
+
+def _check_open(status: TransactionStatus, autocommit: bool) -> None:
+    if status == TransactionStatus.INTRANS or (
+        status == TransactionStatus.IDLE and not autocommit
+    ):
+        return
+    if status == TransactionStatus.INERROR:
+        raise _errors.NotInTransaction("the connection's transaction has failed; roll it back")
+    raise _errors.NotInTransaction(
+        "alkstore.append needs an open transaction on this psycopg connection "
+        "(`with conn.transaction():`, or a non-autocommit connection); "
+        "alkstore never autocommits an append"
+    )
+
+
+def append_on(
+    conn: psycopg.Connection[Any], namespace: str, rows: Sequence[_engine.EventRow]
+) -> None:
+    """`alkstore.append` on a psycopg connection the application owns."""
+    _check_open(conn.info.transaction_status, conn.autocommit)
+    insert(conn, _sql.queries(_PACKAGE, namespace)["insert_event"], rows)
+    notifier = _notifiers.get((namespace, conn.info.dbname))
+    if notifier is not None:
+        notifier.watch(conn)
+
+
+async def append_on_async(
+    conn: psycopg.AsyncConnection[Any], namespace: str, rows: Sequence[_engine.EventRow]
+) -> None:
+    """`await alkstore.append(...)` on an application-owned psycopg AsyncConnection."""
+    _check_open(conn.info.transaction_status, conn.autocommit)
+    query = _sql.queries(_PACKAGE, namespace)["insert_event"]
+    with translate():
+        if len(rows) == 1:
+            await conn.execute(query, params(rows[0]))
+        else:
+            await conn.cursor().executemany(query, [params(r) for r in rows])
+    notifier = _notifiers.get((namespace, conn.info.dbname))
+    if notifier is not None:
+        notifier.watch(conn)

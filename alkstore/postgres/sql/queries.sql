@@ -1,0 +1,45 @@
+-- Named queries of the PostgreSQL engine. {ns} is the namespace schema.
+
+-- name: lock_migrations
+SELECT pg_advisory_xact_lock(hashtext('alkstore'), hashtext('{ns}.migrate'))
+
+-- name: create_schema
+CREATE SCHEMA IF NOT EXISTS {ns}
+
+-- name: create_migrations_table
+CREATE TABLE IF NOT EXISTS {ns}.schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+
+-- name: migrations_table_exists
+SELECT to_regclass('{ns}.schema_migrations') IS NOT NULL
+
+-- name: applied_versions
+SELECT version FROM {ns}.schema_migrations ORDER BY version
+
+-- name: record_migration
+INSERT INTO {ns}.schema_migrations (version, name) VALUES (%s, %s)
+
+-- name: insert_event
+INSERT INTO {ns}.events (type, key, headers, payload) VALUES (%s, %s, %s::jsonb, %s::jsonb)
+
+-- name: sequence_events
+SELECT {ns}.sequence_events(%s)
+
+-- name: read_events
+SELECT position, type, key, headers::text, payload::text, appended_at
+FROM {ns}.events
+WHERE position > %s
+ORDER BY position
+LIMIT %s
+
+-- name: head
+SELECT head FROM {ns}.log_head
+
+-- name: notify
+SELECT pg_notify('__alkstore_{ns}', '')
+
+-- name: listen
+LISTEN __alkstore_{ns}

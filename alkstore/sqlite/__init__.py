@@ -1,0 +1,5 @@
+"""The SQLite engine (apsw): single writer, WAL, a data_version watcher for wakes."""
+
+from alkstore.sqlite._engine import SqliteEngine, append_on
+
+__all__ = ["SqliteEngine", "append_on"]

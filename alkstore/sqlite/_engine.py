@@ -1,0 +1,257 @@
+"""The SQLite engine, through apsw.
+
+Connections: one per thread for a file (WAL mode lets readers run beside the
+single writer); one shared connection behind a lock for `:memory:`.
+Write transactions start with BEGIN IMMEDIATE so a writer never fails on a
+read-to-write upgrade; a busy timeout plus a jittered tenacity retry keeps
+"database is locked" away from user code.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import apsw
+import tenacity
+
+from alkstore import _engine, _errors, _events, _sql, _wake
+
+_PACKAGE = "alkstore.sqlite"
+BUSY_TIMEOUT_MS = 5_000
+WATCH_INTERVAL = 0.001  # seconds between data_version checks of the wake watcher
+
+_retry_busy = tenacity.retry(
+    retry=tenacity.retry_if_exception_type(apsw.BusyError),
+    wait=tenacity.wait_random_exponential(multiplier=0.002, max=0.1),
+    stop=tenacity.stop_after_delay(30),
+    reraise=True,
+)
+
+
+def _datetime(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def configure(conn: apsw.Connection) -> None:
+    """Settings every alkstore SQLite connection uses."""
+    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA foreign_keys = ON")
+
+
+class SqliteEngine:
+    """`alkstore.Engine` on one SQLite database file (or `:memory:`)."""
+
+    def __init__(self, path: str, namespace: str) -> None:
+        self._path = path
+        self._namespace = namespace
+        self._memory = path == ":memory:"
+        self._q = _sql.queries(_PACKAGE, namespace)
+        self._local = threading.local()
+        self._shared_lock = threading.RLock()
+        self._all: list[apsw.Connection] = []
+        self._all_lock = threading.Lock()
+        self._wake = _wake.Wake()
+        self._watcher: threading.Thread | None = None
+        self._closed = threading.Event()
+        if not self._memory:
+            directory = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(directory):
+                raise _errors.InvalidURL(f"sqlite:///{path}", f"no such directory {directory}")
+        with self._connection() as conn:
+            if not self._memory:
+                conn.execute("PRAGMA journal_mode = WAL")
+
+    @property
+    def name(self) -> Literal["sqlite"]:
+        return "sqlite"
+
+    @property
+    def namespace(self) -> str:
+        return self._namespace
+
+    @property
+    def wake(self) -> _wake.Wake:
+        self._start_watcher()
+        return self._wake
+
+    # -- connections -----------------------------------------------------------------
+
+    def _open(self) -> apsw.Connection:
+        try:
+            conn = apsw.Connection(self._path)
+        except apsw.Error as exc:
+            raise _errors.StorageError(f"cannot open SQLite database {self._path!r}: {exc}") from exc
+        configure(conn)
+        with self._all_lock:
+            self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def _connection(self) -> Iterator[apsw.Connection]:
+        if self._closed.is_set():
+            raise _errors.AlkstoreError("the store is closed")
+        if self._memory:
+            with self._shared_lock:
+                conn = getattr(self, "_shared", None)
+                if conn is None:
+                    conn = self._shared = self._open()
+                yield conn
+            return
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._open()
+        yield conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[apsw.Connection]:
+        with self._connection() as conn:
+            if conn.in_transaction:
+                raise _errors.AlkstoreError("a store transaction is already open on this thread")
+            _retry_busy(conn.execute)("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            try:
+                _retry_busy(conn.execute)("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    def committed(self) -> None:
+        """Our own transaction committed: the watcher sees files; memory needs a direct fire."""
+        if self._memory:
+            self._wake.fire()
+
+    # -- schema ----------------------------------------------------------------------
+
+    def _pending(self, conn: apsw.Connection) -> list[tuple[int, str, str]]:
+        applied: set[int] = set()
+        if _table_exists(conn, f"{self._namespace}__schema_migrations"):
+            applied = {row[0] for row in conn.execute(self._q["applied_versions"])}
+        return [m for m in _sql.migrations(_PACKAGE, self._namespace) if m[0] not in applied]
+
+    def migrate(self) -> list[int]:
+        done = []
+        with self.transaction() as conn:  # BEGIN IMMEDIATE: one migrating process at a time
+            conn.execute(self._q["create_migrations_table"])
+            for version, name, ddl in self._pending(conn):
+                conn.execute(ddl)
+                conn.execute(self._q["record_migration"], (version, name))
+                done.append(version)
+        return done
+
+    def ddl(self, *, pending_only: bool) -> str:
+        if pending_only:
+            with self._connection() as conn:
+                todo = self._pending(conn)
+        else:
+            todo = _sql.migrations(_PACKAGE, self._namespace)
+        parts = [self._q["create_migrations_table"] + ";"]
+        for version, name, ddl in todo:
+            parts.append(f"-- migration {version:04d}_{name}\n{ddl.strip()}")
+        return "\n\n".join(parts) + "\n"
+
+    # -- the log ---------------------------------------------------------------------
+
+    def insert_events(self, conn: Any, rows: Sequence[_engine.EventRow]) -> None:
+        insert_rows(conn, self._namespace, rows)
+
+    def read(self, after: int, limit: int) -> list[_engine.LogEntry]:
+        decode_headers = _events.codec.decode_headers
+        with self._connection() as conn, _translate(conn, self._namespace):
+            cursor = conn.execute(self._q["read_events"], (after, limit))
+            return [
+                _engine.LogEntry(pos, typ, key, decode_headers(hdr), payload, _datetime(at))
+                for pos, typ, key, hdr, payload, at in cursor
+            ]
+
+    def head(self) -> int:
+        with self._connection() as conn, _translate(conn, self._namespace):
+            value = conn.execute(self._q["head"]).fetchall()[0][0]
+            return int(value)
+
+    # -- wake ------------------------------------------------------------------------
+
+    def _start_watcher(self) -> None:
+        if self._memory or self._watcher is not None:
+            return
+        with self._all_lock:
+            if self._watcher is None:
+                self._watcher = threading.Thread(
+                    target=self._watch, name="alkstore-sqlite-wake", daemon=True
+                )
+                self._watcher.start()
+
+    def _watch(self) -> None:
+        """Fire the wake when another connection commits (PRAGMA data_version moves)."""
+        conn = apsw.Connection(self._path)
+        conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+        try:
+            last = conn.execute("PRAGMA data_version").fetchall()[0][0]
+            while not self._closed.wait(WATCH_INTERVAL):
+                now = conn.execute("PRAGMA data_version").fetchall()[0][0]
+                if now != last:
+                    last = now
+                    self._wake.fire()
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._watcher is not None:
+            self._watcher.join()
+        with self._all_lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            conn.close()
+
+
+def _table_exists(conn: apsw.Connection, table: str) -> bool:
+    query = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?"
+    return bool(conn.execute(query, (table,)).fetchall()[0][0])
+
+
+@contextmanager
+def _translate(conn: apsw.Connection, namespace: str) -> Iterator[None]:
+    """Stop apsw errors at the seam."""
+    try:
+        yield
+    except apsw.SQLError as exc:
+        if not _table_exists(conn, f"{namespace}__events"):
+            raise _errors.NotMigrated() from exc
+        raise _errors.StorageError(str(exc)) from exc
+    except apsw.Error as exc:
+        raise _errors.StorageError(str(exc)) from exc
+
+
+def insert_rows(conn: apsw.Connection, namespace: str, rows: Sequence[_engine.EventRow]) -> None:
+    q = _sql.queries(_PACKAGE, namespace)
+    params = [
+        (r.type, r.key, r.headers.decode() if r.headers else None, r.payload.decode())
+        for r in rows
+    ]
+    with _translate(conn, namespace):
+        if len(params) == 1:
+            conn.execute(q["insert_event"], params[0])
+        else:
+            conn.executemany(q["insert_event"], params)
+
+
+def append_on(conn: apsw.Connection, namespace: str, rows: Sequence[_engine.EventRow]) -> None:
+    """`alkstore.append` on an apsw connection the application owns."""
+    if not conn.in_transaction:
+        raise _errors.NotInTransaction(
+            "alkstore.append needs an open transaction on this apsw connection "
+            "(BEGIN, or `with conn:`); alkstore never autocommits an append"
+        )
+    insert_rows(conn, namespace, rows)
