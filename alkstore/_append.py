@@ -92,4 +92,7 @@ def append(
     namespace: str = _config.DEFAULT_NAMESPACE,
 ) -> Awaitable[None] | None:
     """Append one event on a connection you own; see `append_many`."""
-    return append_many(conn, [event], key=key, headers=headers, namespace=namespace)
+    result: Awaitable[None] | None = append_many(
+        conn, [event], key=key, headers=headers, namespace=namespace
+    )
+    return result

@@ -77,4 +77,4 @@ class StorageError(AlkstoreError):
 
 
 class NotMigrated(StorageError):
-    """The alkstore schema is missing or out of date: run `store.migrate()` or `alkstore migrate`."""
+    """alkstore's tables are missing or out of date: run `store.migrate()` or `alkstore migrate`."""

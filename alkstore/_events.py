@@ -7,14 +7,26 @@ the JSON payload (see docs/adr/0003-event-encoding.md).
 from __future__ import annotations
 
 import threading
-from typing import Any, ClassVar
+from typing import Any, ClassVar, dataclass_transform
 
 import msgspec
 
 from alkstore import _errors
 
 
-class Event(msgspec.Struct, frozen=True, kw_only=True):
+class _EventMeta(msgspec.StructMeta):
+    """Makes every Event subclass keyword-only (msgspec's kw_only is per class)."""
+
+    def __new__(
+        mcls, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any
+    ) -> _EventMeta:
+        kwargs.setdefault("kw_only", True)
+        return super().__new__(mcls, name, bases, namespace, **kwargs)
+
+
+# dataclass_transform tells type checkers what the metaclass does at run time.
+@dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(msgspec.field,))
+class Event(msgspec.Struct, frozen=True, metaclass=_EventMeta):
     """Base class of every event: `class OrderPlaced(Event, tag="order.placed")`.
 
     Follow msgspec's schema-evolution rules: new fields get defaults, field types
@@ -35,7 +47,7 @@ def type_name(event_cls: type[Event]) -> str:
     if not isinstance(tag, str):
         raise _errors.EventError(
             f"{event_cls.__qualname__} has no string tag: declare it as "
-            f"`class {event_cls.__name__}(alkstore.Event, tag=\"some.name\")`"
+            f'`class {event_cls.__name__}(alkstore.Event, tag="some.name")`'
         )
     return tag
 

@@ -59,8 +59,11 @@ def _tail(store: alkstore.Store, after: int, follow: bool) -> None:
     for entry in entries:
         headers = f" {entry.headers}" if entry.headers else ""
         raw = entry.raw if isinstance(entry.raw, str) else entry.raw.decode()
-        print(f"{entry.position}\t{entry.appended_at.isoformat()}\t{entry.type}\t"
-              f"{entry.key or '-'}{headers}\t{raw}", flush=True)
+        print(
+            f"{entry.position}\t{entry.appended_at.isoformat()}\t{entry.type}\t"
+            f"{entry.key or '-'}{headers}\t{raw}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -213,7 +213,9 @@ def params(row: _engine.EventRow) -> tuple[str, str | None, str | None, str]:
     return (row.type, row.key, headers, row.payload.decode())
 
 
-def insert(conn: psycopg.Connection[Any], query: LiteralString, rows: Sequence[_engine.EventRow]) -> None:
+def insert(
+    conn: psycopg.Connection[Any], query: LiteralString, rows: Sequence[_engine.EventRow]
+) -> None:
     with translate():
         if len(rows) == 1:
             conn.execute(query, params(rows[0]))
@@ -285,15 +287,11 @@ class Notifier:
             conn.close()
 
 
-_notifiers: weakref.WeakValueDictionary[tuple[str, str], Notifier] = (
-    weakref.WeakValueDictionary()
-)
+_notifiers: weakref.WeakValueDictionary[tuple[str, str], Notifier] = weakref.WeakValueDictionary()
 
 
 def _check_open(status: TransactionStatus, autocommit: bool) -> None:
-    if status == TransactionStatus.INTRANS or (
-        status == TransactionStatus.IDLE and not autocommit
-    ):
+    if status == TransactionStatus.INTRANS or (status == TransactionStatus.IDLE and not autocommit):
         return
     if status == TransactionStatus.INERROR:
         raise _errors.NotInTransaction("the connection's transaction has failed; roll it back")

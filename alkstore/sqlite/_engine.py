@@ -86,7 +86,8 @@ class SqliteEngine:
         try:
             conn = apsw.Connection(self._path)
         except apsw.Error as exc:
-            raise _errors.StorageError(f"cannot open SQLite database {self._path!r}: {exc}") from exc
+            message = f"cannot open SQLite database {self._path!r}: {exc}"
+            raise _errors.StorageError(message) from exc
         configure(conn)
         with self._all_lock:
             self._all.append(conn)
@@ -178,7 +179,8 @@ class SqliteEngine:
     def head(self) -> int:
         with self._connection() as conn, _translate(conn, self._namespace):
             value = conn.execute(self._q["head"]).fetchall()[0][0]
-            return int(value)
+            assert isinstance(value, int)
+            return value
 
     # -- wake ------------------------------------------------------------------------
 
@@ -237,8 +239,7 @@ def _translate(conn: apsw.Connection, namespace: str) -> Iterator[None]:
 def insert_rows(conn: apsw.Connection, namespace: str, rows: Sequence[_engine.EventRow]) -> None:
     q = _sql.queries(_PACKAGE, namespace)
     params = [
-        (r.type, r.key, r.headers.decode() if r.headers else None, r.payload.decode())
-        for r in rows
+        (r.type, r.key, r.headers.decode() if r.headers else None, r.payload.decode()) for r in rows
     ]
     with _translate(conn, namespace):
         if len(params) == 1:
