@@ -272,17 +272,18 @@ class Notifier:
 
     def _run(self) -> None:
         conn: psycopg.Connection[Any] | None = None
-        while not self._closed.is_set():
+        while True:
             self._signal.wait(WATCH_POLL if self._watched else None)
             self._signal.clear()
-            if not self._due() or self._closed.is_set():
-                continue
-            try:
-                if conn is None or conn.closed:
-                    conn = psycopg.connect(self._url, autocommit=True)
-                conn.execute(self._query)
-            except psycopg.Error:
-                conn = None  # listeners' re-poll covers the gap; retry on the next commit
+            if self._due():  # announced even when closing: the commit happened
+                try:
+                    if conn is None or conn.closed:
+                        conn = psycopg.connect(self._url, autocommit=True)
+                    conn.execute(self._query)
+                except psycopg.Error:
+                    conn = None  # listeners' re-poll covers the gap; retry on the next commit
+            if self._closed.is_set():
+                break
         if conn is not None:
             conn.close()
 

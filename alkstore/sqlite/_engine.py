@@ -20,10 +20,10 @@ import apsw
 import tenacity
 
 from alkstore import _engine, _errors, _events, _sql, _wake
+from alkstore.sqlite import _watch
 
 _PACKAGE = "alkstore.sqlite"
 BUSY_TIMEOUT_MS = 5_000
-WATCH_INTERVAL = 0.001  # seconds between data_version checks of the wake watcher
 
 _retry_busy = tenacity.retry(
     retry=tenacity.retry_if_exception_type(apsw.BusyError),
@@ -57,7 +57,7 @@ class SqliteEngine:
         self._all: list[apsw.Connection] = []
         self._all_lock = threading.Lock()
         self._wake = _wake.Wake()
-        self._watcher: threading.Thread | None = None
+        self._watcher: _watch.Watcher | None = None
         self._closed = threading.Event()
         if not self._memory:
             directory = os.path.dirname(os.path.abspath(path))
@@ -189,29 +189,12 @@ class SqliteEngine:
             return
         with self._all_lock:
             if self._watcher is None:
-                self._watcher = threading.Thread(
-                    target=self._watch, name="alkstore-sqlite-wake", daemon=True
-                )
-                self._watcher.start()
-
-    def _watch(self) -> None:
-        """Fire the wake when another connection commits (PRAGMA data_version moves)."""
-        conn = apsw.Connection(self._path)
-        conn.set_busy_timeout(BUSY_TIMEOUT_MS)
-        try:
-            last = conn.execute("PRAGMA data_version").fetchall()[0][0]
-            while not self._closed.wait(WATCH_INTERVAL):
-                now = conn.execute("PRAGMA data_version").fetchall()[0][0]
-                if now != last:
-                    last = now
-                    self._wake.fire()
-        finally:
-            conn.close()
+                self._watcher = _watch.Watcher(self._path, self._wake.fire)
 
     def close(self) -> None:
         self._closed.set()
         if self._watcher is not None:
-            self._watcher.join()
+            self._watcher.stop()
         with self._all_lock:
             conns, self._all = self._all, []
         for conn in conns:

@@ -57,7 +57,9 @@ def test_migrate_is_idempotent(backend: Backend) -> None:
         store.close()
 
 
-def test_replayed_migrations_match_the_schema_snapshot(store: alkstore.Store, backend: Backend) -> None:
+def test_replayed_migrations_match_the_schema_snapshot(
+    store: alkstore.Store, backend: Backend
+) -> None:
     actual = describe(backend, backend.namespace)
     assert "events" in actual and "schema_migrations" in actual
     snapshot = SNAPSHOTS / f"{backend.name}.txt"
@@ -66,7 +68,9 @@ def test_replayed_migrations_match_the_schema_snapshot(store: alkstore.Store, ba
     assert actual == snapshot.read_text()
 
 
-def test_printed_ddl_builds_the_same_schema_as_migrate(store: alkstore.Store, backend: Backend) -> None:
+def test_printed_ddl_builds_the_same_schema_as_migrate(
+    store: alkstore.Store, backend: Backend
+) -> None:
     other = f"{backend.namespace}_sql"
     ddl = alkstore.connect(backend.url, namespace=other)
     try:
@@ -104,7 +108,9 @@ def test_concurrent_migrate_from_several_processes(backend: Backend) -> None:
     barrier = ctx.Barrier(n)
     results = ctx.Queue()
     procs = [
-        ctx.Process(target=_migrate_in_child, args=(backend.url, backend.namespace, barrier, results))
+        ctx.Process(
+            target=_migrate_in_child, args=(backend.url, backend.namespace, barrier, results)
+        )
         for _ in range(n)
     ]
     for p in procs:

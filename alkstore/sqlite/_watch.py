@@ -1,0 +1,112 @@
+"""Cross-process commit detection for SQLite: inotify on the WAL file, data_version to confirm.
+
+A commit in WAL mode appends frames to `<db>-wal` with write(2), which Linux
+reports through inotify at once; `PRAGMA data_version` on the watcher's own
+connection then confirms that another connection really committed (a rolled-back
+transaction that spilled pages to the WAL changes nothing). The frames are
+written just before the commit is published, so after a write the watcher keeps
+checking data_version every millisecond for HOT_WINDOW. Idle cost is one
+blocked select(2). Where inotify is not available the watcher falls back to
+checking data_version every millisecond.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import select
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import apsw
+
+POLL_INTERVAL = 0.001  # fallback: seconds between data_version checks
+SAFETY_INTERVAL = 0.25  # with inotify: confirm data_version at least this often
+# WAL frames are written before the commit is published in the shared index, so
+# after a write we keep checking data_version every POLL_INTERVAL for a while.
+HOT_WINDOW = 0.05
+_IN_MODIFY = 0x00000002
+_IN_NONBLOCK = 0o4000
+_IN_CLOEXEC = 0o2000000
+
+
+def _inotify_fd(path: str) -> int | None:
+    """An inotify descriptor watching `path` for writes, or None where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+        if fd < 0:
+            return None
+        if libc.inotify_add_watch(fd, os.fsencode(path), _IN_MODIFY) < 0:
+            os.close(fd)
+            return None
+        return int(fd)
+    except (OSError, AttributeError):
+        return None
+
+
+class Watcher:
+    """A thread that calls `fire()` whenever another connection commits to `path`."""
+
+    def __init__(self, path: str, fire: Callable[[], None]) -> None:
+        self._path = path
+        self._fire = fire
+        self._stop = threading.Event()
+        self._stop_r, self._stop_w = os.pipe()
+        self._thread = threading.Thread(target=self._run, name="alkstore-sqlite-wake", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        os.write(self._stop_w, b"x")
+        self._thread.join()
+        os.close(self._stop_r)
+        os.close(self._stop_w)
+
+    def _run(self) -> None:
+        conn = apsw.Connection(self._path)
+        conn.set_busy_timeout(5_000)
+        try:
+            last = _data_version(conn)  # the open connection also keeps the -wal file
+            fd = _inotify_fd(self._path + "-wal")
+            hot_until = 0.0
+            try:
+                while not self._stop.is_set():
+                    if fd is None:
+                        self._stop.wait(POLL_INTERVAL)
+                    else:
+                        hot = time.monotonic() < hot_until
+                        timeout = POLL_INTERVAL if hot else SAFETY_INTERVAL
+                        ready = select.select([fd, self._stop_r], [], [], timeout)[0]
+                        if fd in ready:
+                            _drain(fd)
+                            hot_until = time.monotonic() + HOT_WINDOW
+                    now = _data_version(conn)
+                    if now != last:
+                        last = now
+                        self._fire()
+            finally:
+                if fd is not None:
+                    os.close(fd)
+        finally:
+            conn.close()
+
+
+def _data_version(conn: apsw.Connection) -> int:
+    value = conn.execute("PRAGMA data_version").fetchall()[0][0]
+    assert isinstance(value, int)
+    return value
+
+
+def _drain(fd: int) -> None:
+    while True:
+        try:
+            if not os.read(fd, 4096):
+                return
+        except BlockingIOError:
+            return
