@@ -30,7 +30,7 @@ def describe(backend: Backend, namespace: str) -> str:
             ).fetchall()
         finally:
             conn.close()
-        lines = [f"{t} {n}\n{s}" for t, n, s in rows if not n.startswith("sqlite_")]
+        lines = [f"{t} {n}\n{s}" for t, n, s in rows if not str(n).startswith("sqlite_")]
     else:
         queries = [
             "SELECT table_name || '.' || column_name || ' ' || data_type || ' null=' || is_nullable"
@@ -42,8 +42,8 @@ def describe(backend: Backend, namespace: str) -> str:
             "SELECT pg_get_functiondef(p.oid) FROM pg_proc p"
             " WHERE pronamespace = %(ns)s::regnamespace ORDER BY proname",
         ]
-        with psycopg.connect(backend.url) as conn:
-            lines = [row[0] for q in queries for row in conn.execute(q, {"ns": namespace})]
+        with psycopg.connect(backend.url) as pg:
+            lines = [row[0] for q in queries for row in pg.execute(q, {"ns": namespace})]
     return "\n".join(lines).replace(namespace, "{ns}") + "\n"
 
 

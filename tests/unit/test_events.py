@@ -37,7 +37,7 @@ def test_malformed_json_is_invalid_payload() -> None:
 
 
 def test_unknown_type() -> None:
-    with pytest.raises(alkstore.UnknownEventType, match="no.such.type") as info:
+    with pytest.raises(alkstore.UnknownEventType, match=r"no\.such\.type") as info:
         _events.codec.decode("no.such.type", b"{}")
     assert info.value.type_name == "no.such.type"
 
@@ -51,7 +51,7 @@ def test_untagged_event_cannot_be_encoded() -> None:
 
 
 def test_non_event_is_refused() -> None:
-    with pytest.raises(alkstore.EventError, match="expected an alkstore.Event"):
+    with pytest.raises(alkstore.EventError, match=r"expected an alkstore\.Event"):
         _events.codec.encode({"order_id": 1})  # type: ignore[arg-type]
 
 
@@ -70,7 +70,7 @@ def test_two_classes_with_one_tag_are_refused_on_use() -> None:
     class Second(alkstore.Event, tag="test.clash"):
         b: int
 
-    with pytest.raises(alkstore.DuplicateEventType, match="test.clash"):
+    with pytest.raises(alkstore.DuplicateEventType, match=r"test\.clash"):
         _events.codec.event_class("test.clash")
     # other types are unaffected by the clash
     assert _events.codec.event_class("test.basket") is Basket
