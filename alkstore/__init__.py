@@ -1,41 +1,65 @@
 """alkstore: the transactional outbox as an event log, on SQLite or PostgreSQL."""
 
 from alkstore._append import append, append_many
+from alkstore._backoff import Backoff, Exponential, Fixed, Linear
 from alkstore._engine import Engine, LogEntry
 from alkstore._errors import (
     AlkstoreError,
     ConfigurationError,
     DuplicateEventType,
+    DuplicateJob,
     EventError,
+    InvalidArgument,
     InvalidName,
     InvalidPayload,
     InvalidURL,
+    LeaseLost,
     NotInTransaction,
     NotMigrated,
+    PayloadTooLarge,
+    QueueError,
     StorageError,
     UnknownEventType,
 )
 from alkstore._events import Event
+from alkstore._jobs import Attempt, DeadLetter, Job, QueueStats, SweepResult
+from alkstore._queue import Queue, QueueConfig
 from alkstore._store import Log, Store, Transaction, connect
 from alkstore._wake import Listener
 
 __all__ = [
     "AlkstoreError",
+    "Attempt",
+    "Backoff",
     "ConfigurationError",
+    "DeadLetter",
     "DuplicateEventType",
+    "DuplicateJob",
     "Engine",
     "Event",
     "EventError",
+    "Exponential",
+    "Fixed",
+    "InvalidArgument",
     "InvalidName",
     "InvalidPayload",
     "InvalidURL",
+    "Job",
+    "LeaseLost",
+    "Linear",
     "Listener",
     "Log",
     "LogEntry",
     "NotInTransaction",
     "NotMigrated",
+    "PayloadTooLarge",
+    "Queue",
+    "QueueConfig",
+    "QueueError",
+    "QueueStats",
     "StorageError",
     "Store",
+    "SweepResult",
     "Transaction",
     "UnknownEventType",
     "append",

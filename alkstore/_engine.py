@@ -95,6 +95,20 @@ class Engine(Protocol):
         """The position of the newest committed event (0 for an empty log)."""
         ...
 
+    # -- the queue rung: named queries from each engine's sql/queues.sql -------------
+
+    def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """Run a named query atomically in its own write transaction; return its rows."""
+        ...
+
+    def run_in(self, conn: Any, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """Run a named query inside the transaction open on `conn`."""
+        ...
+
+    def sweep_lock(self, now_ms: int) -> AbstractContextManager[bool]:
+        """Hold the namespace's sweep lock for the block; yields False if another holds it."""
+        ...
+
     @property
     def wake(self) -> _wake.Wake: ...
 

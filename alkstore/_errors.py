@@ -78,3 +78,44 @@ class StorageError(AlkstoreError):
 
 class NotMigrated(StorageError):
     """alkstore's tables are missing or out of date: run `store.migrate()` or `alkstore migrate`."""
+
+
+class InvalidArgument(AlkstoreError, ValueError):
+    """An argument is out of range or of the wrong kind."""
+
+
+class QueueError(AlkstoreError):
+    """A queue operation could not be done."""
+
+
+class LeaseLost(QueueError):
+    """This job's lease expired and the job was claimed again (or finished); nothing changed."""
+
+    def __init__(self, job_id: int, operation: str) -> None:
+        self.job_id = job_id
+        self.operation = operation
+        super().__init__(
+            f"job {job_id}: cannot {operation}, the lease was lost (it expired and the job "
+            "was claimed again, or the job already finished)"
+        )
+
+
+class DuplicateJob(QueueError):
+    """A live job in this queue already has this dedupe key."""
+
+    def __init__(self, queue: str, key: str) -> None:
+        self.queue = queue
+        self.key = key
+        super().__init__(f"queue {queue!r} already has a live job with dedupe_key {key!r}")
+
+
+class PayloadTooLarge(QueueError, ValueError):
+    """The encoded payload is larger than the store's limit."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"payload is {size} bytes encoded, over the limit of {limit} "
+            "(alkstore.connect(..., max_payload_bytes=N))"
+        )

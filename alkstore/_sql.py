@@ -17,20 +17,29 @@ _HEADER = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 
 
 @cache
-def _raw(package: str, filename: str) -> dict[str, str]:
-    text = resources.files(package).joinpath(filename).read_text("utf-8")
-    parts = _HEADER.split(text)
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+def _raw(package: str) -> dict[str, str]:
+    """Every named query in the package's `sql/*.sql` files (names are unique)."""
+    found: dict[str, str] = {}
+    folder = resources.files(package).joinpath("sql")
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        parts = _HEADER.split(entry.read_text("utf-8"))
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in found:
+                raise RuntimeError(f"query {name!r} is defined twice in {package}/sql")
+            found[name] = body.strip()
+    return found
 
 
 @cache
-def queries(package: str, ns: str, filename: str = "sql/queries.sql") -> dict[str, LiteralString]:
+def queries(package: str, ns: str) -> dict[str, LiteralString]:
     """The named queries of an engine package, with `{ns}` filled in (cached: do not mutate)."""
-    return {name: body.replace("{ns}", ns) for name, body in _raw(package, filename).items()}
+    return {name: body.replace("{ns}", ns) for name, body in _raw(package).items()}
 
 
-def query_names(package: str, filename: str = "sql/queries.sql") -> set[str]:
-    return set(_raw(package, filename))
+def query_names(package: str) -> set[str]:
+    return set(_raw(package))
 
 
 def migrations(package: str, ns: str) -> list[tuple[int, str, LiteralString]]:

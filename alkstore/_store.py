@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from alkstore import _config, _engine, _events, _wake
+from alkstore import _config, _engine, _errors, _events, _jobs, _queue, _wake
 
 
 class Transaction:
     """An open write transaction: your business writes and appended events commit together."""
 
-    def __init__(self, engine: _engine.Engine, connection: Any) -> None:
-        self._engine = engine
+    def __init__(self, runtime: _queue.Runtime, connection: Any) -> None:
+        self._runtime = runtime
+        self._engine = runtime.engine
         self.connection = connection
         """The raw driver connection (apsw.Connection or psycopg.Connection)."""
         self.wrote = False
@@ -43,6 +46,27 @@ class Transaction:
         if rows:
             self._engine.insert_events(self.connection, rows)
             self.wrote = True
+
+    def enqueue(
+        self,
+        queue: str,
+        payload: object,
+        *,
+        on_duplicate: _queue.OnDuplicate = "raise",
+        **options: Any,
+    ) -> int | None:
+        """Enqueue a job that exists only if this transaction commits; returns its id.
+
+        Options as `Queue.enqueue`. A duplicate dedupe_key raises DuplicateJob without
+        aborting the transaction (or returns None with on_duplicate="ignore").
+        """
+        if not self._open:
+            raise RuntimeError("this transaction has ended")
+        params = _queue.enqueue_params(self._runtime, queue, payload, **options)
+        rows = self._engine.run_in(self.connection, "enqueue", params)
+        job_id = _queue.check_duplicate(rows, params, on_duplicate)
+        self.wrote = True
+        return job_id
 
 
 class Log:
@@ -80,9 +104,30 @@ class Log:
 class Store:
     """alkstore on one database and namespace. Create it with `alkstore.connect()`."""
 
-    def __init__(self, engine: _engine.Engine) -> None:
+    def __init__(
+        self,
+        engine: _engine.Engine,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_payload_bytes: int = _queue.DEFAULT_MAX_PAYLOAD,
+    ) -> None:
         self._engine = engine
+        self._runtime = _queue.Runtime(engine, clock, random.Random(), max_payload_bytes)
         self.log = Log(engine)
+
+    @property
+    def random(self) -> random.Random:
+        """The random source of backoff jitter (seed it for reproducible schedules)."""
+        return self._runtime.random
+
+    def queue(self, name: str) -> _queue.Queue:
+        """The durable queue `name` (created on first enqueue; configure with `.configure`)."""
+        return _queue.Queue(self._runtime, name)
+
+    def sweep(self) -> _jobs.SweepResult:
+        """Maintenance: dead-letter expired jobs and exhausted expired leases, apply
+        dead-letter retention. Safe from many processes; one runs at a time."""
+        return _queue.sweep(self._runtime)
 
     @property
     def engine(self) -> _engine.Engine:
@@ -104,7 +149,7 @@ class Store:
     def transaction(self) -> Iterator[Transaction]:
         """Open a transaction; commit on normal exit, roll back on an exception."""
         with self._engine.transaction() as connection:
-            tx = Transaction(self._engine, connection)
+            tx = Transaction(self._runtime, connection)
             try:
                 yield tx
             finally:
@@ -134,12 +179,23 @@ def connect(
     *,
     namespace: str = _config.DEFAULT_NAMESPACE,
     pool_size: int = 10,
+    clock: Callable[[], float] = time.time,
+    max_payload_bytes: int = _queue.DEFAULT_MAX_PAYLOAD,
 ) -> Store:
     """Open a store: `sqlite:///app.db`, `sqlite:///:memory:` or `postgresql://...`.
 
     With no URL: `$ALKSTORE_DB`, else the embedded `sqlite:///alkstore.db`.
     Bad URLs and namespaces raise before anything touches a database.
+    `clock` (seconds since the epoch) drives queue times: leases, delays, backoff.
     """
+    if (
+        isinstance(max_payload_bytes, bool)
+        or not isinstance(max_payload_bytes, int)
+        or (max_payload_bytes < 1)
+    ):
+        raise _errors.InvalidArgument(
+            f"max_payload_bytes must be a positive int, got {max_payload_bytes!r}"
+        )
     target = _config.parse_url(url)
     _config.check_name("namespace", namespace)
     engine: _engine.Engine
@@ -151,4 +207,4 @@ def connect(
         from alkstore import postgres
 
         engine = postgres.PostgresEngine(target.url, namespace, pool_size=pool_size)
-    return Store(engine)
+    return Store(engine, clock=clock, max_payload_bytes=max_payload_bytes)

@@ -14,6 +14,7 @@ caller-owned connection it was told about.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -31,6 +32,8 @@ _PACKAGE = "alkstore.postgres"
 SEQUENCE_BATCH = 5_000
 LISTEN_POLL = 0.25  # seconds: how often the listener thread checks for close()
 WATCH_POLL = 0.001  # seconds between checks of caller-owned connections' transactions
+REARM = 0.02  # re-announce a caller-owned connection still in a transaction this often
+WATCH_MAX = 30.0  # stop watching a caller-owned transaction after this (re-poll covers it)
 
 _MISSING = (pg_errors.UndefinedTable, pg_errors.UndefinedFunction, pg_errors.InvalidSchemaName)
 
@@ -44,6 +47,12 @@ def translate() -> Iterator[None]:
         raise _errors.NotMigrated() from exc
     except psycopg.Error as exc:
         raise _errors.StorageError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    """Pool connections run READ COMMITTED whatever the database default is: the
+    sequencer relies on each statement seeing everything committed before it."""
+    conn.execute("SET default_transaction_isolation TO 'read committed'")
 
 
 def connect_probe(url: str) -> None:
@@ -65,8 +74,9 @@ class PostgresEngine:
         self._pool = psycopg_pool.ConnectionPool(
             url,
             min_size=1,
-            max_size=max(1, pool_size),
+            max_size=max(2, pool_size),  # the sweep holds one connection while using another
             kwargs={"autocommit": True},
+            configure=_configure,
             open=True,
             name=f"alkstore-{namespace}",
         )
@@ -75,9 +85,8 @@ class PostgresEngine:
         self._listener: threading.Thread | None = None
         self._lock = threading.Lock()
         with self._pool.connection() as conn:
-            dbname = conn.info.dbname
-        self.notifier = Notifier(url, self._q["notify"], self._closed)
-        _notifiers[(namespace, dbname)] = self.notifier
+            key = _conn_key(namespace, conn)
+        self.notifier = Notifier(url, self._q["notify"], self._closed, key)
 
     @property
     def name(self) -> Literal["postgres"]:
@@ -103,8 +112,11 @@ class PostgresEngine:
         """A pooled autocommit connection."""
         if self._closed.is_set():
             raise _errors.AlkstoreError("the store is closed")
-        with self._pool.connection() as conn:
-            yield conn
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except psycopg_pool.PoolTimeout as exc:
+            raise _errors.StorageError(f"no PostgreSQL connection available: {exc}") from exc
 
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Connection[Any]]:
@@ -174,6 +186,28 @@ class PostgresEngine:
             row = conn.execute(self._q["head"]).fetchone()
             return int(row[0]) if row else 0
 
+    # -- queues ----------------------------------------------------------------------
+
+    def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        with self.connection() as conn:
+            return self.run_in(conn, name, params)
+
+    def run_in(self, conn: Any, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        with translate():
+            cursor = conn.execute(self._q[name], params)
+            return cursor.fetchall() if cursor.description else []
+
+    @contextmanager
+    def sweep_lock(self, now_ms: int) -> Iterator[bool]:
+        with self.connection() as conn, translate():
+            row = conn.execute(self._q["sweep_try_lock"]).fetchone()
+            held = bool(row and row[0])
+            try:
+                yield held
+            finally:
+                if held:
+                    conn.execute(self._q["sweep_unlock"])
+
     # -- wake ------------------------------------------------------------------------
 
     def _listen(self) -> None:
@@ -226,16 +260,25 @@ def insert(
 class Notifier:
     """Sends coalesced NOTIFYs outside application transactions, from its own thread."""
 
-    def __init__(self, url: str, query: LiteralString, closed: threading.Event) -> None:
+    def __init__(
+        self, url: str, query: LiteralString, closed: threading.Event, key: tuple[object, ...]
+    ) -> None:
+        self.key = key
         self._url = url
         self._query = query
         self._closed = closed
         self._signal = threading.Event()
         self._commit_pending = False
-        self._watched: list[Any] = []  # caller-owned connections with appends in flight
+        # caller-owned connections with appends in flight: [weakref, first seen, last notified]
+        self._watched: list[list[Any]] = []
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="alkstore-pg-notify", daemon=True)
         self._thread.start()
+        _notifiers.add(self)
+
+    @property
+    def stopped(self) -> bool:
+        return self._closed.is_set()
 
     def committed(self) -> None:
         with self._lock:
@@ -244,8 +287,9 @@ class Notifier:
 
     def watch(self, conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
         """Notify once `conn`'s open transaction ends (it may commit the append)."""
+        now = time.monotonic()
         with self._lock:
-            self._watched.append(weakref.ref(conn))
+            self._watched.append([weakref.ref(conn), now, now])
         self._signal.set()
 
     def stop(self) -> None:
@@ -254,21 +298,34 @@ class Notifier:
         self._thread.join()
 
     def _due(self) -> bool:
-        """True if a commit is to be announced; drops watched connections that finished."""
+        """True if a commit may need announcing; forgets connections that are done.
+
+        The transaction status is a client-side field, read without a round trip.
+        A commit followed at once by a new statement can hide between two polls,
+        so a connection still in a transaction is also announced every REARM
+        seconds (a spurious wake at worst) until WATCH_MAX.
+        """
+        now = time.monotonic()
         with self._lock:
-            ended, self._commit_pending = self._commit_pending, False
+            due, self._commit_pending = self._commit_pending, False
             keep = []
-            for ref in self._watched:
+            for entry in self._watched:
+                ref, first, last = entry
                 conn = ref()
                 if conn is None or conn.closed:
+                    due = True  # closing commits a `with psycopg.connect()` block
                     continue
                 status = conn.info.transaction_status
-                if status == TransactionStatus.IDLE:
-                    ended = True
-                elif status != TransactionStatus.UNKNOWN:
-                    keep.append(ref)
+                if status in (TransactionStatus.IDLE, TransactionStatus.UNKNOWN):
+                    due = True
+                    continue
+                if now - last >= REARM:
+                    due = True
+                    entry[2] = now
+                if now - first < WATCH_MAX:
+                    keep.append(entry)
             self._watched = keep
-        return ended
+        return due
 
     def _run(self) -> None:
         conn: psycopg.Connection[Any] | None = None
@@ -288,7 +345,25 @@ class Notifier:
             conn.close()
 
 
-_notifiers: weakref.WeakValueDictionary[tuple[str, str], Notifier] = weakref.WeakValueDictionary()
+_notifiers: weakref.WeakSet[Notifier] = weakref.WeakSet()
+
+
+def _conn_key(
+    namespace: str, conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
+) -> tuple[object, ...]:
+    info = conn.info
+    return (namespace, info.host, info.port, info.dbname)
+
+
+def _watch_commit(
+    namespace: str, conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
+) -> None:
+    """Hand a caller-owned connection to an open store's notifier for this database."""
+    key = _conn_key(namespace, conn)
+    for notifier in list(_notifiers):
+        if notifier.key == key and not notifier.stopped:
+            notifier.watch(conn)
+            return
 
 
 def _check_open(status: TransactionStatus, autocommit: bool) -> None:
@@ -309,9 +384,7 @@ def append_on(
     """`alkstore.append` on a psycopg connection the application owns."""
     _check_open(conn.info.transaction_status, conn.autocommit)
     insert(conn, _sql.queries(_PACKAGE, namespace)["insert_event"], rows)
-    notifier = _notifiers.get((namespace, conn.info.dbname))
-    if notifier is not None:
-        notifier.watch(conn)
+    _watch_commit(namespace, conn)
 
 
 async def append_on_async(
@@ -325,6 +398,4 @@ async def append_on_async(
             await conn.execute(query, params(rows[0]))
         else:
             await conn.cursor().executemany(query, [params(r) for r in rows])
-    notifier = _notifiers.get((namespace, conn.info.dbname))
-    if notifier is not None:
-        notifier.watch(conn)
+    _watch_commit(namespace, conn)

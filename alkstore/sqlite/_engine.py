@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -24,6 +25,7 @@ from alkstore.sqlite import _watch
 
 _PACKAGE = "alkstore.sqlite"
 BUSY_TIMEOUT_MS = 5_000
+SWEEP_LOCK_TTL_MS = 60_000  # a crashed sweeper's lock row expires after this
 
 _retry_busy = tenacity.retry(
     retry=tenacity.retry_if_exception_type(apsw.BusyError),
@@ -54,7 +56,7 @@ class SqliteEngine:
         self._q = _sql.queries(_PACKAGE, namespace)
         self._local = threading.local()
         self._shared_lock = threading.RLock()
-        self._all: list[apsw.Connection] = []
+        self._all: weakref.WeakSet[apsw.Connection] = weakref.WeakSet()  # freed with threads
         self._all_lock = threading.Lock()
         self._wake = _wake.Wake()
         self._watcher: _watch.Watcher | None = None
@@ -90,7 +92,7 @@ class SqliteEngine:
             raise _errors.StorageError(message) from exc
         configure(conn)
         with self._all_lock:
-            self._all.append(conn)
+            self._all.add(conn)
         return conn
 
     @contextmanager
@@ -182,6 +184,27 @@ class SqliteEngine:
             assert isinstance(value, int)
             return value
 
+    # -- queues ----------------------------------------------------------------------
+
+    def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        with self.transaction() as conn:
+            return self.run_in(conn, name, params)
+
+    def run_in(self, conn: Any, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        with _translate(conn, self._namespace):
+            return conn.execute(self._q[name], params).fetchall()  # type: ignore[no-any-return]
+
+    @contextmanager
+    def sweep_lock(self, now_ms: int) -> Iterator[bool]:
+        holder = f"{os.getpid()}:{id(self)}:{threading.get_ident()}"
+        params = {"holder": holder, "now": now_ms, "ttl_ms": SWEEP_LOCK_TTL_MS}
+        held = bool(self.run("sweep_try_lock", params))
+        try:
+            yield held
+        finally:
+            if held:
+                self.run("sweep_unlock", {"holder": holder})
+
     # -- wake ------------------------------------------------------------------------
 
     def _start_watcher(self) -> None:
@@ -196,7 +219,7 @@ class SqliteEngine:
         if self._watcher is not None:
             self._watcher.stop()
         with self._all_lock:
-            conns, self._all = self._all, []
+            conns, self._all = list(self._all), weakref.WeakSet()
         for conn in conns:
             conn.close()
 
@@ -212,7 +235,8 @@ def _translate(conn: apsw.Connection, namespace: str) -> Iterator[None]:
     try:
         yield
     except apsw.SQLError as exc:
-        if not _table_exists(conn, f"{namespace}__events"):
+        tables = (f"{namespace}__events", f"{namespace}__jobs")
+        if not all(_table_exists(conn, table) for table in tables):
             raise _errors.NotMigrated() from exc
         raise _errors.StorageError(str(exc)) from exc
     except apsw.Error as exc:

@@ -1,0 +1,196 @@
+"""What a queue hands out: jobs with their lease, and dead letters with their history."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import msgspec
+
+from alkstore import _events
+
+if TYPE_CHECKING:
+    from alkstore._queue import Queue
+
+T = TypeVar("T")
+
+_any_json = msgspec.json.Decoder()
+
+
+def from_ms(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def decode_payload(type_name: str | None, raw: str | bytes) -> Any:
+    """An Event when the job carries an event type, else the plain JSON value."""
+    if type_name is not None:
+        return _events.codec.decode(type_name, raw)
+    return _any_json.decode(raw)
+
+
+class Attempt(msgspec.Struct, frozen=True):
+    """One ended attempt in a job's history."""
+
+    attempt: int
+    error: str
+    at: int  # epoch milliseconds
+
+    @property
+    def time(self) -> datetime:
+        return from_ms(self.at)
+
+
+_history = msgspec.json.Decoder(list[Attempt])
+
+
+class Job(Generic[T]):
+    """A claimed job. Finish it with ack, retry or fail; heartbeat to keep the lease.
+
+    Every operation carries the lease token of this claim: once the lease has
+    expired and the job was claimed again, they raise LeaseLost and change nothing.
+    """
+
+    __slots__ = (
+        "__dict__",
+        "_backoff",
+        "_progress",
+        "_queue",
+        "attempt",
+        "enqueued_at",
+        "headers",
+        "id",
+        "key",
+        "lease_ms",
+        "lease_token",
+        "max_attempts",
+        "position",
+        "priority",
+        "queue",
+        "raw",
+        "type",
+    )
+
+    def __init__(self, queue: Queue, row: tuple[Any, ...]) -> None:
+        (
+            self.id,
+            self.queue,
+            self.priority,
+            self.attempt,
+            self.max_attempts,
+            self._backoff,
+            self.lease_token,
+            self.lease_ms,
+            enqueued_at,
+            self.type,
+            self.key,
+            self.position,
+            headers,
+            self.raw,
+            self._progress,
+        ) = row
+        self._queue = queue
+        self.enqueued_at = from_ms(enqueued_at)
+        self.headers: dict[str, str] = _events.codec.decode_headers(headers)
+
+    @cached_property
+    def payload(self) -> T:
+        """The payload, decoded on first access (an Event for event jobs)."""
+        value: T = decode_payload(self.type, self.raw)
+        return value
+
+    @property
+    def progress(self) -> Any:
+        """The progress stored by the last heartbeat (None if none)."""
+        return _any_json.decode(self._progress) if self._progress else None
+
+    def ack(self) -> None:
+        """The job is done: delete it."""
+        self._queue._ack(self)
+
+    def retry(self, delay: float | None = None, error: str | None = None) -> None:
+        """Run it again after `delay` seconds (None: the backoff curve); dead-letters it
+        instead when this was the last attempt."""
+        self._queue._retry(self, delay, error)
+
+    def fail(self, reason: str) -> None:
+        """Give up now: move the job to the dead letters with `reason`."""
+        self._queue._bury(self, reason)
+
+    def heartbeat(self, progress: Any = None, extend: float | None = None) -> None:
+        """Renew the lease (by `extend` seconds, default the claim's visibility) and store
+        optional progress."""
+        self._queue._heartbeat(self, progress, extend)
+
+    def __repr__(self) -> str:
+        return f"<Job {self.queue}#{self.id} attempt {self.attempt}/{self.max_attempts}>"
+
+
+class DeadLetter:
+    """A job that failed for good, with the history of its attempts."""
+
+    __slots__ = (
+        "__dict__",
+        "attempts",
+        "died_at",
+        "enqueued_at",
+        "headers",
+        "history",
+        "id",
+        "key",
+        "max_attempts",
+        "position",
+        "priority",
+        "queue",
+        "raw",
+        "reason",
+        "type",
+    )
+
+    def __init__(self, row: tuple[Any, ...]) -> None:
+        (
+            self.id,
+            self.queue,
+            self.priority,
+            enqueued_at,
+            self.attempts,
+            self.max_attempts,
+            self.type,
+            self.key,
+            self.position,
+            headers,
+            self.raw,
+            history,
+            self.reason,
+            died_at,
+        ) = row
+        self.enqueued_at = from_ms(enqueued_at)
+        self.died_at = from_ms(died_at)
+        self.headers: dict[str, str] = _events.codec.decode_headers(headers)
+        self.history: list[Attempt] = _history.decode(history)
+
+    @cached_property
+    def payload(self) -> Any:
+        return decode_payload(self.type, self.raw)
+
+    def __repr__(self) -> str:
+        return f"<DeadLetter {self.queue}#{self.id} {self.reason!r}>"
+
+
+class QueueStats(msgspec.Struct, frozen=True):
+    """Counts for one queue. `oldest_ready_age` is in seconds (None when nothing is ready)."""
+
+    ready: int
+    scheduled: int
+    active: int
+    dead: int
+    oldest_ready_age: float | None
+
+
+class SweepResult(msgspec.Struct, frozen=True):
+    """What one `store.sweep()` did; `ran` is False when another process held the lock."""
+
+    ran: bool
+    expired: int = 0
+    lease_expired: int = 0
+    purged: int = 0

@@ -1,0 +1,378 @@
+"""Durable named queues, written once above the engines (docs/adr/0006).
+
+Every operation is one named query from the engine's `sql/queues.sql`, run
+atomically; times come from the store's clock in epoch milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+import msgspec
+
+from alkstore import _backoff, _config, _engine, _errors, _events, _jobs
+
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_VISIBILITY = 30.0
+DEFAULT_MAX_PAYLOAD = 1_048_576
+_INT32 = 2**31 - 1
+_encode = msgspec.json.Encoder().encode
+
+
+@dataclass
+class Runtime:
+    """What queues share with their store: engine, clock, random source, limits."""
+
+    engine: _engine.Engine
+    clock: Callable[[], float]
+    random: random.Random = field(default_factory=random.Random)
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+
+class QueueConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Per-queue defaults, stored in the database so every process uses the same."""
+
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    backoff: _backoff.Backoff = _backoff.DEFAULT_BACKOFF
+    visibility: float = DEFAULT_VISIBILITY
+    dead_retention: float | None = None
+
+
+def seconds(name: str, value: object, *, positive: bool = False) -> float:
+    """Check a duration in seconds: a finite number, >= 0 (or > 0)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _errors.InvalidArgument(f"{name} must be a finite number of seconds, got {value!r}")
+    if value < 0 or (positive and value == 0):
+        raise _errors.InvalidArgument(
+            f"{name} must be {'> 0' if positive else '>= 0'}, got {value!r}"
+        )
+    return float(value)
+
+
+def _whole(name: str, value: object, low: int, high: int = _INT32) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise _errors.InvalidArgument(f"{name} must be an int in [{low}, {high}], got {value!r}")
+    return value
+
+
+def _instant_ms(name: str, value: datetime | float, now_ms: int) -> int:
+    """An absolute time: an aware datetime, or seconds from now."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise _errors.InvalidArgument(f"{name} must be timezone-aware, got {value!r}")
+        return int(value.timestamp() * 1000)
+    return now_ms + int(seconds(name, value) * 1000)
+
+
+def encode_payload(payload: object, limit: int) -> tuple[str | None, str]:
+    """(event type or None, JSON text) for a job payload; typed errors, nothing written."""
+    if isinstance(payload, _events.Event):
+        type_name, raw = _events.codec.encode(payload)
+    else:
+        type_name, raw = None, _events.codec.encode_value(payload)
+    if len(raw) > limit:
+        raise _errors.PayloadTooLarge(len(raw), limit)
+    return type_name, raw.decode()
+
+
+def enqueue_params(
+    runtime: Runtime,
+    queue: str,
+    payload: object,
+    *,
+    delay: float | None = None,
+    run_at: datetime | float | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+    backoff: _backoff.Backoff | None = None,
+    expires: datetime | float | None = None,
+    dedupe_key: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Validate and encode one job; raises before anything touches the database."""
+    _config.check_name("queue", queue)
+    now = runtime.now_ms()
+    if delay is not None and run_at is not None:
+        raise _errors.InvalidArgument("pass delay or run_at, not both")
+    visible_at = now
+    if delay is not None:
+        visible_at = now + int(seconds("delay", delay) * 1000)
+    elif run_at is not None:
+        visible_at = _instant_ms("run_at", run_at, now)
+    if dedupe_key is not None and (not isinstance(dedupe_key, str) or not dedupe_key):
+        raise _errors.InvalidArgument(f"dedupe_key must be a non-empty str, got {dedupe_key!r}")
+    type_name, raw = encode_payload(payload, runtime.max_payload_bytes)
+    encoded_headers = _events.codec.encode_headers(headers)
+    return {
+        "queue": queue,
+        "priority": _whole("priority", priority, -_INT32),
+        "visible_at": visible_at,
+        "now": now,
+        "expires_at": None if expires is None else _instant_ms("expires", expires, now),
+        "max_attempts": None if max_attempts is None else _whole("max_attempts", max_attempts, 1),
+        "backoff": None if backoff is None else _backoff.encode(backoff),
+        "dedupe_key": dedupe_key,
+        "type": type_name,
+        "key": None,
+        "position": None,
+        "headers": encoded_headers.decode() if encoded_headers else None,
+        "payload": raw,
+    }
+
+
+OnDuplicate = Literal["raise", "ignore"]
+
+
+def check_duplicate(
+    rows: list[tuple[Any, ...]], params: dict[str, Any], on_duplicate: OnDuplicate
+) -> int | None:
+    if rows:
+        return int(rows[0][0])
+    if on_duplicate == "ignore":
+        return None
+    raise _errors.DuplicateJob(params["queue"], params["dedupe_key"])
+
+
+class Queue:
+    """A durable named queue. Get one with `store.queue(name)`."""
+
+    def __init__(self, runtime: Runtime, name: str) -> None:
+        self.name = _config.check_name("queue", name)
+        self._rt = runtime
+        self._engine = runtime.engine
+        self._config: QueueConfig | None = None
+
+    # -- configuration ---------------------------------------------------------------
+
+    def config(self, *, refresh: bool = False) -> QueueConfig:
+        """The queue's stored defaults (the built-in ones if never configured)."""
+        if self._config is None or refresh:
+            rows = self._engine.run("queue_config", {"queue": self.name})
+            if rows:
+                attempts, backoff, visibility_ms, retention_ms = rows[0]
+                self._config = QueueConfig(
+                    max_attempts=attempts,
+                    backoff=_backoff.decode(backoff),
+                    visibility=visibility_ms / 1000,
+                    dead_retention=None if retention_ms is None else retention_ms / 1000,
+                )
+            else:
+                self._config = QueueConfig()
+        return self._config
+
+    def configure(
+        self,
+        *,
+        max_attempts: int | None = None,
+        backoff: _backoff.Backoff | None = None,
+        visibility: float | None = None,
+        dead_retention: float | None = None,
+    ) -> QueueConfig:
+        """Store new defaults for this queue (unspecified ones keep their value)."""
+        current = self.config(refresh=True)
+        new = QueueConfig(
+            max_attempts=current.max_attempts
+            if max_attempts is None
+            else _whole("max_attempts", max_attempts, 1),
+            backoff=current.backoff if backoff is None else backoff,
+            visibility=current.visibility
+            if visibility is None
+            else seconds("visibility", visibility, positive=True),
+            dead_retention=current.dead_retention
+            if dead_retention is None
+            else seconds("dead_retention", dead_retention, positive=True),
+        )
+        self._engine.run(
+            "queue_configure",
+            {
+                "queue": self.name,
+                "max_attempts": new.max_attempts,
+                "backoff": _backoff.encode(new.backoff),
+                "visibility_ms": int(new.visibility * 1000),
+                "dead_retention_ms": None
+                if new.dead_retention is None
+                else int(new.dead_retention * 1000),
+            },
+        )
+        self._config = new
+        return new
+
+    # -- producing -------------------------------------------------------------------
+
+    def enqueue(
+        self, payload: object, *, on_duplicate: OnDuplicate = "raise", **options: Any
+    ) -> int | None:
+        """Enqueue one job in its own transaction; returns its id (None: ignored duplicate).
+
+        Options: delay / run_at, priority, max_attempts, backoff, expires, dedupe_key,
+        headers. Inside a business transaction use `tx.enqueue(queue, ...)` instead.
+        """
+        params = enqueue_params(self._rt, self.name, payload, **options)
+        job_id = check_duplicate(self._engine.run("enqueue", params), params, on_duplicate)
+        self._engine.committed()
+        return job_id
+
+    def enqueue_many(
+        self, payloads: Iterable[object], *, on_duplicate: OnDuplicate = "raise", **options: Any
+    ) -> list[int | None]:
+        """Enqueue several jobs in one transaction, all with the same options."""
+        batch = [enqueue_params(self._rt, self.name, p, **options) for p in payloads]
+        ids: list[int | None] = []
+        with self._engine.transaction() as conn:
+            for params in batch:
+                rows = self._engine.run_in(conn, "enqueue", params)
+                ids.append(check_duplicate(rows, params, on_duplicate))
+        if batch:
+            self._engine.committed()
+        return ids
+
+    # -- consuming -------------------------------------------------------------------
+
+    def claim(self, visibility: float | None = None) -> _jobs.Job[Any] | None:
+        """Claim the next visible job for `visibility` seconds, or None if there is none."""
+        jobs = self.claim_many(1, visibility=visibility)
+        return jobs[0] if jobs else None
+
+    def claim_many(self, n: int, visibility: float | None = None) -> list[_jobs.Job[Any]]:
+        """Claim up to n jobs: highest priority first, then run time, then enqueue order."""
+        _whole("n", n, 1, 100_000)
+        if visibility is None:
+            visibility = self.config().visibility
+        lease_ms = int(seconds("visibility", visibility, positive=True) * 1000)
+        params = {"queue": self.name, "now": self._rt.now_ms(), "lease_ms": lease_ms, "n": n}
+        jobs = [_jobs.Job[Any](self, row) for row in self._engine.run("claim", params)]
+        jobs.sort(key=lambda job: (-job.priority, job.id))
+        return jobs
+
+    def ack_many(self, jobs: Sequence[_jobs.Job[Any]]) -> list[int]:
+        """Acknowledge several jobs in one statement; returns the ids whose lease was lost."""
+        if not jobs:
+            return []
+        pairs = _encode([[job.id, job.lease_token] for job in jobs]).decode()
+        done = {row[0] for row in self._engine.run("ack_many", {"pairs": pairs})}
+        return [job.id for job in jobs if job.id not in done]
+
+    def _checked(self, job: _jobs.Job[Any], operation: str, name: str, **params: Any) -> None:
+        params.update(id=job.id, token=job.lease_token)
+        if not self._engine.run(name, params):
+            raise _errors.LeaseLost(job.id, operation)
+
+    def _ack(self, job: _jobs.Job[Any]) -> None:
+        self._checked(job, "ack", "ack")
+
+    def _entry(self, job: _jobs.Job[Any], error: str, now: int) -> str:
+        return _encode({"attempt": job.attempt, "error": error, "at": now}).decode()
+
+    def _retry(self, job: _jobs.Job[Any], delay: float | None, error: str | None) -> None:
+        now = self._rt.now_ms()
+        error = "retry requested" if error is None else str(error)
+        if job.attempt >= job.max_attempts:
+            self._bury(job, error)
+            return
+        if delay is None:
+            curve = _backoff.decode(job._backoff) if job._backoff else self.config().backoff
+            delay = curve.seconds(job.attempt, self._rt.random)
+        visible_at = now + int(seconds("delay", delay) * 1000)
+        entry = self._entry(job, error, now)
+        self._checked(job, "retry", "retry", visible_at=visible_at, entry=entry)
+        self._engine.committed()
+
+    def _bury(self, job: _jobs.Job[Any], reason: str) -> None:
+        now = self._rt.now_ms()
+        reason = str(reason)
+        entry = self._entry(job, reason, now)
+        self._checked(job, "fail", "bury", entry=entry, reason=reason, now=now)
+
+    def _heartbeat(self, job: _jobs.Job[Any], progress: Any, extend: float | None) -> None:
+        lease_ms = (
+            job.lease_ms if extend is None else int(seconds("extend", extend, positive=True) * 1000)
+        )
+        visible_at = self._rt.now_ms() + lease_ms
+        encoded = None if progress is None else _events.codec.encode_value(progress).decode()
+        self._checked(job, "heartbeat", "heartbeat", visible_at=visible_at, progress=encoded)
+
+    # -- dead letters and stats ------------------------------------------------------
+
+    def dead_letters(self, limit: int = 100, after: int = 0) -> list[_jobs.DeadLetter]:
+        """Dead letters of this queue in id order, `limit` at a time after id `after`."""
+        params = {"queue": self.name, "after": after, "limit": _whole("limit", limit, 1)}
+        return [_jobs.DeadLetter(row) for row in self._engine.run("dead_letters", params)]
+
+    def requeue(self, ids: Iterable[int] | None = None, *, reset_attempts: bool = True) -> int:
+        """Move dead letters (all when ids is None) back into the queue, visible now.
+
+        A dead letter whose dedupe key is held by a live job stays dead. Returns the count.
+        """
+        params = {
+            **self._ids(ids),
+            "queue": self.name,
+            "now": self._rt.now_ms(),
+            "reset": bool(reset_attempts),
+        }
+        count = len(self._engine.run("requeue", params))
+        if count:
+            self._engine.committed()
+        return count
+
+    def purge_dead(
+        self, ids: Iterable[int] | Literal["all"] | None = None, *, older_than: float | None = None
+    ) -> int:
+        """Delete dead letters: the given ids, "all", and/or those older than N seconds."""
+        if ids is None and older_than is None:
+            raise _errors.InvalidArgument('purge_dead needs ids (or "all") or older_than')
+        cutoff = None
+        if older_than is not None:
+            cutoff = self._rt.now_ms() - int(seconds("older_than", older_than) * 1000)
+        params = {**self._ids(None if ids in (None, "all") else ids), "older_than": cutoff}
+        params["queue"] = self.name
+        return len(self._engine.run("purge_dead", params))
+
+    @staticmethod
+    def _ids(ids: Iterable[int] | str | None) -> dict[str, Any]:
+        if ids is None:
+            return {"all": True, "ids": "[]"}
+        values = list(ids)
+        for value in values:
+            _whole("id", value, 1, 2**63 - 1)
+        return {"all": False, "ids": _encode(values).decode()}
+
+    def stats(self) -> _jobs.QueueStats:
+        now = self._rt.now_ms()
+        ready, scheduled, active, dead, oldest = self._engine.run(
+            "stats", {"queue": self.name, "now": now}
+        )[0]
+        age = None if oldest is None else max(0.0, (now - oldest) / 1000)
+        return _jobs.QueueStats(ready, scheduled, active, dead, age)
+
+    def __repr__(self) -> str:
+        return f"<alkstore.Queue {self.name!r}>"
+
+
+SWEEP_BATCH = 1_000
+
+
+def sweep(runtime: Runtime) -> _jobs.SweepResult:
+    """Maintenance for every queue of the namespace; one process at a time."""
+    engine = runtime.engine
+    now = runtime.now_ms()
+    with engine.sweep_lock(now) as held:
+        if not held:
+            return _jobs.SweepResult(ran=False)
+        counts = []
+        for name in ("sweep_expired", "sweep_exhausted", "sweep_retention"):
+            total = 0
+            while True:
+                n = len(engine.run(name, {"now": now, "batch": SWEEP_BATCH}))
+                total += n
+                if n < SWEEP_BATCH:
+                    break
+            counts.append(total)
+    return _jobs.SweepResult(True, *counts)

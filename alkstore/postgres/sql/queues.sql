@@ -1,0 +1,184 @@
+-- Queue queries of the PostgreSQL engine. One statement each: autocommit makes
+-- every operation atomic. Parameters are named; times are epoch milliseconds.
+
+-- name: queue_config
+SELECT max_attempts, backoff::text, visibility_ms, dead_retention_ms
+FROM {ns}.queues WHERE name = %(queue)s
+
+-- name: queue_configure
+INSERT INTO {ns}.queues (name, max_attempts, backoff, visibility_ms, dead_retention_ms)
+VALUES (%(queue)s, %(max_attempts)s, %(backoff)s::jsonb, %(visibility_ms)s, %(dead_retention_ms)s)
+ON CONFLICT (name) DO UPDATE SET
+    max_attempts = excluded.max_attempts,
+    backoff = excluded.backoff,
+    visibility_ms = excluded.visibility_ms,
+    dead_retention_ms = excluded.dead_retention_ms
+
+-- name: enqueue
+INSERT INTO {ns}.jobs (queue, priority, visible_at, enqueued_at, expires_at, max_attempts,
+                       backoff, dedupe_key, type, key, position, headers, payload)
+VALUES (%(queue)s, %(priority)s, %(visible_at)s, %(now)s, %(expires_at)s,
+        coalesce(%(max_attempts)s,
+                 (SELECT max_attempts FROM {ns}.queues WHERE name = %(queue)s), 5),
+        %(backoff)s::jsonb, %(dedupe_key)s, %(type)s, %(key)s, %(position)s,
+        %(headers)s::jsonb, %(payload)s::jsonb)
+ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+RETURNING id
+
+-- name: claim
+WITH next AS (
+    SELECT id FROM {ns}.jobs
+    WHERE queue = %(queue)s
+      AND visible_at <= %(now)s
+      AND attempts < max_attempts
+      AND (expires_at IS NULL OR attempts > 0 OR expires_at > %(now)s)
+    ORDER BY priority DESC, visible_at, id
+    LIMIT %(n)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {ns}.jobs AS j SET
+    attempts = j.attempts + 1,
+    visible_at = %(now)s + %(lease_ms)s,
+    lease_ms = %(lease_ms)s,
+    lease_token = floor(random() * 9007199254740991)::bigint + 1,
+    history = CASE WHEN j.lease_token IS NULL THEN j.history
+              ELSE j.history || jsonb_build_array(jsonb_build_object(
+                  'attempt', j.attempts, 'error', 'lease expired', 'at', j.visible_at))
+              END
+FROM next WHERE j.id = next.id
+RETURNING j.id, j.queue, j.priority, j.attempts, j.max_attempts, j.backoff::text,
+          j.lease_token, j.lease_ms, j.enqueued_at, j.type, j.key, j.position,
+          j.headers::text, j.payload::text, j.progress::text
+
+-- name: ack
+DELETE FROM {ns}.jobs WHERE id = %(id)s AND lease_token = %(token)s RETURNING id
+
+-- name: ack_many
+DELETE FROM {ns}.jobs AS j
+USING (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token
+       FROM jsonb_array_elements(%(pairs)s::jsonb) AS e) AS a
+WHERE j.id = a.id AND j.lease_token = a.token
+RETURNING j.id
+
+-- name: retry
+UPDATE {ns}.jobs SET
+    visible_at = %(visible_at)s,
+    lease_token = NULL,
+    history = history || jsonb_build_array(%(entry)s::jsonb)
+WHERE id = %(id)s AND lease_token = %(token)s
+RETURNING id
+
+-- name: heartbeat
+UPDATE {ns}.jobs SET
+    visible_at = %(visible_at)s,
+    progress = coalesce(%(progress)s::jsonb, progress)
+WHERE id = %(id)s AND lease_token = %(token)s
+RETURNING id
+
+-- name: bury
+WITH dead AS (
+    DELETE FROM {ns}.jobs WHERE id = %(id)s AND lease_token = %(token)s RETURNING *
+)
+INSERT INTO {ns}.dead_letters (id, queue, priority, enqueued_at, attempts, max_attempts, backoff,
+                               dedupe_key, type, key, position, headers, payload, history,
+                               reason, died_at)
+SELECT id, queue, priority, enqueued_at, attempts, max_attempts, backoff, dedupe_key, type, key,
+       position, headers, payload, history || jsonb_build_array(%(entry)s::jsonb),
+       %(reason)s, %(now)s
+FROM dead
+RETURNING id
+
+-- name: sweep_expired
+WITH dead AS (
+    DELETE FROM {ns}.jobs WHERE id IN (
+        SELECT id FROM {ns}.jobs
+        WHERE expires_at <= %(now)s AND attempts = 0 AND expires_at IS NOT NULL
+        LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
+    RETURNING *
+)
+INSERT INTO {ns}.dead_letters (id, queue, priority, enqueued_at, attempts, max_attempts, backoff,
+                               dedupe_key, type, key, position, headers, payload, history,
+                               reason, died_at)
+SELECT id, queue, priority, enqueued_at, attempts, max_attempts, backoff, dedupe_key, type, key,
+       position, headers, payload, history, 'expired', %(now)s
+FROM dead
+RETURNING id
+
+-- name: sweep_exhausted
+WITH dead AS (
+    DELETE FROM {ns}.jobs WHERE id IN (
+        SELECT id FROM {ns}.jobs
+        WHERE lease_token IS NOT NULL AND visible_at <= %(now)s AND attempts >= max_attempts
+        LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
+    RETURNING *
+)
+INSERT INTO {ns}.dead_letters (id, queue, priority, enqueued_at, attempts, max_attempts, backoff,
+                               dedupe_key, type, key, position, headers, payload, history,
+                               reason, died_at)
+SELECT id, queue, priority, enqueued_at, attempts, max_attempts, backoff, dedupe_key, type, key,
+       position, headers, payload,
+       history || jsonb_build_array(jsonb_build_object(
+           'attempt', attempts, 'error', 'lease expired', 'at', visible_at)),
+       'lease expired', %(now)s
+FROM dead
+RETURNING id
+
+-- name: sweep_retention
+DELETE FROM {ns}.dead_letters WHERE id IN (
+    SELECT d.id FROM {ns}.dead_letters AS d JOIN {ns}.queues AS q ON d.queue = q.name
+    WHERE q.dead_retention_ms IS NOT NULL AND d.died_at <= %(now)s - q.dead_retention_ms
+    LIMIT %(batch)s)
+RETURNING id
+
+-- name: sweep_try_lock
+SELECT pg_try_advisory_lock(hashtext('alkstore'), hashtext('{ns}.sweep'))
+
+-- name: sweep_unlock
+SELECT pg_advisory_unlock(hashtext('alkstore'), hashtext('{ns}.sweep'))
+
+-- name: dead_letters
+SELECT id, queue, priority, enqueued_at, attempts, max_attempts, type, key, position,
+       headers::text, payload::text, history::text, reason, died_at
+FROM {ns}.dead_letters
+WHERE queue = %(queue)s AND id > %(after)s
+ORDER BY id
+LIMIT %(limit)s
+
+-- name: requeue
+WITH back AS (
+    DELETE FROM {ns}.dead_letters AS d
+    WHERE queue = %(queue)s AND (%(all)s OR id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)::bigint))
+      AND NOT EXISTS (SELECT 1 FROM {ns}.jobs AS j  -- a live job holds the dedupe key
+                      WHERE j.queue = d.queue AND j.dedupe_key = d.dedupe_key)
+    RETURNING *
+)
+INSERT INTO {ns}.jobs (id, queue, priority, visible_at, enqueued_at, attempts, max_attempts,
+                       backoff, dedupe_key, type, key, position, headers, payload, history)
+OVERRIDING SYSTEM VALUE
+SELECT id, queue, priority, %(now)s, enqueued_at,
+       CASE WHEN %(reset)s THEN 0 ELSE least(attempts, max_attempts - 1) END,
+       max_attempts, backoff, dedupe_key, type, key, position, headers, payload, history
+FROM back
+RETURNING id
+
+-- name: purge_dead
+DELETE FROM {ns}.dead_letters
+WHERE queue = %(queue)s
+  AND (%(all)s OR id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)::bigint))
+  AND (%(older_than)s::bigint IS NULL OR died_at <= %(older_than)s)
+RETURNING id
+
+-- name: stats
+WITH j AS (
+    SELECT visible_at, lease_token,
+           visible_at <= %(now)s AND attempts < max_attempts
+           AND (expires_at IS NULL OR attempts > 0 OR expires_at > %(now)s) AS ready
+    FROM {ns}.jobs WHERE queue = %(queue)s
+)
+SELECT
+    count(*) FILTER (WHERE ready),
+    count(*) FILTER (WHERE visible_at > %(now)s AND lease_token IS NULL),
+    count(*) FILTER (WHERE visible_at > %(now)s AND lease_token IS NOT NULL),
+    (SELECT count(*) FROM {ns}.dead_letters WHERE queue = %(queue)s),
+    min(visible_at) FILTER (WHERE ready)
+FROM j
