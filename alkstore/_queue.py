@@ -11,7 +11,7 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import msgspec
 
@@ -63,13 +63,13 @@ def _whole(name: str, value: object, low: int, high: int = _INT32) -> int:
     return value
 
 
-def _instant_ms(name: str, value: datetime | float, now_ms: int) -> int:
-    """An absolute time: an aware datetime, or seconds from now."""
+def _instant_ms(name: str, value: datetime | float, base_ms: int) -> int:
+    """An aware datetime, or a number of seconds after `base_ms` (epoch ms)."""
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise _errors.InvalidArgument(f"{name} must be timezone-aware, got {value!r}")
         return int(value.timestamp() * 1000)
-    return now_ms + int(seconds(name, value) * 1000)
+    return base_ms + int(seconds(name, value) * 1000)
 
 
 def encode_payload(payload: object, limit: int) -> tuple[str | None, str]:
@@ -106,7 +106,7 @@ def enqueue_params(
     if delay is not None:
         visible_at = now + int(seconds("delay", delay) * 1000)
     elif run_at is not None:
-        visible_at = _instant_ms("run_at", run_at, now)
+        visible_at = _instant_ms("run_at", run_at, 0)  # epoch seconds or a datetime
     if dedupe_key is not None and (not isinstance(dedupe_key, str) or not dedupe_key):
         raise _errors.InvalidArgument(f"dedupe_key must be a non-empty str, got {dedupe_key!r}")
     type_name, raw = encode_payload(payload, runtime.max_payload_bytes)
@@ -207,6 +207,14 @@ class Queue:
 
     # -- producing -------------------------------------------------------------------
 
+    @overload
+    def enqueue(
+        self, payload: object, *, on_duplicate: Literal["raise"] = ..., **options: Any
+    ) -> int: ...
+    @overload
+    def enqueue(
+        self, payload: object, *, on_duplicate: Literal["ignore"], **options: Any
+    ) -> int | None: ...
     def enqueue(
         self, payload: object, *, on_duplicate: OnDuplicate = "raise", **options: Any
     ) -> int | None:
@@ -249,7 +257,7 @@ class Queue:
         lease_ms = int(seconds("visibility", visibility, positive=True) * 1000)
         params = {"queue": self.name, "now": self._rt.now_ms(), "lease_ms": lease_ms, "n": n}
         jobs = [_jobs.Job[Any](self, row) for row in self._engine.run("claim", params)]
-        jobs.sort(key=lambda job: (-job.priority, job.id))
+        jobs.sort(key=lambda job: (-job.priority, job.due_ms, job.id))  # RETURNING is unordered
         return jobs
 
     def ack_many(self, jobs: Sequence[_jobs.Job[Any]]) -> list[int]:

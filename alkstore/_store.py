@@ -6,7 +6,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal, overload
 
 from alkstore import _config, _engine, _errors, _events, _jobs, _queue, _wake
 
@@ -47,6 +47,14 @@ class Transaction:
             self._engine.insert_events(self.connection, rows)
             self.wrote = True
 
+    @overload
+    def enqueue(
+        self, queue: str, payload: object, *, on_duplicate: Literal["raise"] = ..., **options: Any
+    ) -> int: ...
+    @overload
+    def enqueue(
+        self, queue: str, payload: object, *, on_duplicate: Literal["ignore"], **options: Any
+    ) -> int | None: ...
     def enqueue(
         self,
         queue: str,

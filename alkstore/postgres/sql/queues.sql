@@ -38,6 +38,7 @@ WITH next AS (
 )
 UPDATE {ns}.jobs AS j SET
     attempts = j.attempts + 1,
+    claimed_for = j.visible_at,
     visible_at = %(now)s + %(lease_ms)s,
     lease_ms = %(lease_ms)s,
     lease_token = floor(random() * 9007199254740991)::bigint + 1,
@@ -46,7 +47,7 @@ UPDATE {ns}.jobs AS j SET
                   'attempt', j.attempts, 'error', 'lease expired', 'at', j.visible_at))
               END
 FROM next WHERE j.id = next.id
-RETURNING j.id, j.queue, j.priority, j.attempts, j.max_attempts, j.backoff::text,
+RETURNING j.id, j.queue, j.priority, j.claimed_for, j.attempts, j.max_attempts, j.backoff::text,
           j.lease_token, j.lease_ms, j.enqueued_at, j.type, j.key, j.position,
           j.headers::text, j.payload::text, j.progress::text
 

@@ -26,6 +26,7 @@ RETURNING id
 -- name: claim
 UPDATE {ns}__jobs SET
     attempts = attempts + 1,
+    claimed_for = visible_at,
     visible_at = :now + :lease_ms,
     lease_ms = :lease_ms,
     lease_token = (abs(random()) % 9007199254740991) + 1,
@@ -42,7 +43,7 @@ WHERE id IN (
     ORDER BY priority DESC, visible_at, id
     LIMIT :n
 )
-RETURNING id, queue, priority, attempts, max_attempts, backoff, lease_token, lease_ms,
+RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lease_token, lease_ms,
           enqueued_at, type, key, position, headers, payload, progress
 
 -- name: ack

@@ -22,6 +22,7 @@ CREATE TABLE {ns}.jobs (
     backoff       jsonb,
     lease_token   bigint,
     lease_ms      bigint,
+    claimed_for   bigint,  -- visible_at when last claimed: the run time it was due
     dedupe_key    text,
     type          text,
     key           text,

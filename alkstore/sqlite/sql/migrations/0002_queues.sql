@@ -22,6 +22,7 @@ CREATE TABLE {ns}__jobs (
     backoff       TEXT,
     lease_token   INTEGER,
     lease_ms      INTEGER,
+    claimed_for   INTEGER,  -- visible_at when last claimed: the run time it was due
     dedupe_key    TEXT,
     type          TEXT,
     key           TEXT,
