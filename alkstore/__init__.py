@@ -24,6 +24,7 @@ from alkstore._errors import (
 from alkstore._events import Event
 from alkstore._jobs import Attempt, DeadLetter, Job, QueueStats, SweepResult
 from alkstore._queue import Queue, QueueConfig
+from alkstore._routing import Holdup, Lag, Lease, NotLeader, Status, Subscription
 from alkstore._store import Log, Store, Transaction, connect
 from alkstore._wake import Listener
 
@@ -40,25 +41,31 @@ __all__ = [
     "EventError",
     "Exponential",
     "Fixed",
+    "Holdup",
     "InvalidArgument",
     "InvalidName",
     "InvalidPayload",
     "InvalidURL",
     "Job",
+    "Lag",
+    "Lease",
     "LeaseLost",
     "Linear",
     "Listener",
     "Log",
     "LogEntry",
     "NotInTransaction",
+    "NotLeader",
     "NotMigrated",
     "PayloadTooLarge",
     "Queue",
     "QueueConfig",
     "QueueError",
     "QueueStats",
+    "Status",
     "StorageError",
     "Store",
+    "Subscription",
     "SweepResult",
     "Transaction",
     "UnknownEventType",

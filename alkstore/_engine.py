@@ -95,6 +95,15 @@ class Engine(Protocol):
         """The position of the newest committed event (0 for an empty log)."""
         ...
 
+    def sequence(self) -> None:
+        """Make every committed event readable by position (PostgreSQL numbers new
+        commits, ADR 0004; SQLite has nothing to do)."""
+        ...
+
+    def holdups(self) -> list[tuple[int, float, str, str]]:
+        """Open writing transactions an operator may want to see: (pid, age s, state, query)."""
+        ...
+
     # -- the queue rung: named queries from each engine's sql/queues.sql -------------
 
     def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:

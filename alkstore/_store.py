@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, overload
 
-from alkstore import _config, _engine, _errors, _events, _jobs, _queue, _wake
+from alkstore import _config, _engine, _errors, _events, _jobs, _queue, _routing, _wake
 
 
 class Transaction:
@@ -131,6 +131,56 @@ class Store:
     def queue(self, name: str) -> _queue.Queue:
         """The durable queue `name` (created on first enqueue; configure with `.configure`)."""
         return _queue.Queue(self._runtime, name)
+
+    # -- routing (the relay's storage half) --------------------------------------
+
+    def subscribe(
+        self,
+        queue: str,
+        events: Iterable[str],
+        *,
+        start: Literal["now", "beginning"] | int = "now",
+        **queue_options: Any,
+    ) -> _routing.Subscription:
+        """Route events whose type matches a pattern (`order.*`) into `queue`.
+
+        `start`: "now" (only new events), "beginning" (the whole retained log) or a
+        position. Re-subscribing updates the patterns and keeps the checkpoint.
+        Queue options (max_attempts, backoff, visibility, dead_retention) are stored.
+        """
+        return _routing.subscribe(self._runtime, queue, events, start, **queue_options)
+
+    def unsubscribe(self, queue: str) -> bool:
+        return _routing.unsubscribe(self._runtime, queue)
+
+    def subscriptions(self) -> list[_routing.Subscription]:
+        return _routing.subscriptions(self._runtime)
+
+    def replay(self, queue: str, from_position: int) -> None:
+        """Re-deliver `queue`'s events from `from_position` (at-least-once for handlers)."""
+        _routing.replay(self._runtime, queue, from_position)
+
+    def lease(self, name: str, ttl: float) -> _routing.Lease:
+        """A named lease with a fencing token (leader election among processes)."""
+        return _routing.Lease(self._runtime, _config.check_name("lease", name), ttl)
+
+    def relay_batch(
+        self, lease: _routing.Lease | None = None, batch: int = 5_000
+    ) -> tuple[int, int]:
+        """One relay step: (jobs created, events covered). See `relay.Relay` for the loop."""
+        return _routing.relay_batch(self._runtime, lease, batch)
+
+    def prune_log(self, older_than: float) -> int:
+        """Delete events older than `older_than` seconds that every subscription passed."""
+        return _routing.prune_log(self._runtime, older_than)
+
+    def status(self) -> _routing.Status:
+        """Log head, each subscription's lag, and (PostgreSQL) open writing transactions."""
+        return _routing.status(self._runtime)
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self._runtime.clock
 
     def sweep(self) -> _jobs.SweepResult:
         """Maintenance: dead-letter expired jobs and exhausted expired leases, apply

@@ -1,3 +1,6 @@
-"""Processes built on alkstore's public API: the CLI now; relay, worker and scheduler next."""
+"""Processes built on alkstore's public API: the relay loop and the CLI (workers and the
+scheduler come next)."""
 
-__all__: list[str] = []
+from relay._relay import Relay
+
+__all__ = ["Relay"]

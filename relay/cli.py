@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import signal
 import sys
 from collections.abc import Sequence
+from types import FrameType
 
 import alkstore
+from relay._relay import Relay
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -22,10 +26,18 @@ def _parser() -> argparse.ArgumentParser:
     sql.add_argument(
         "--pending", action="store_true", help="only what `migrate` would run on this database"
     )
-    tail = commands.add_parser("events", parents=[common], help="read the event log")
-    tail.add_argument("action", choices=["tail"])
-    tail.add_argument("--after", type=int, default=0, help="start after this position")
-    tail.add_argument("--follow", action="store_true", help="keep waiting for new events")
+    events = commands.add_parser("events", parents=[common], help="read or replay the event log")
+    events.add_argument("action", choices=["tail", "replay"])
+    events.add_argument("--after", type=int, default=0, help="tail: start after this position")
+    events.add_argument("--follow", action="store_true", help="tail: keep waiting for events")
+    events.add_argument("--queue", help="replay: the subscription's queue")
+    events.add_argument("--from", dest="from_position", type=int, help="replay: first position")
+    run = commands.add_parser("relay", parents=[common], help="fan events out into queues")
+    run.add_argument("--batch", type=int, default=5_000, help="events per transaction")
+    run.add_argument("--lease-ttl", type=float, default=3.0, help="failover bound, seconds")
+    run.add_argument("--retention", type=float, help="prune relayed events older than S seconds")
+    run.add_argument("-v", "--verbose", action="store_true")
+    commands.add_parser("status", parents=[common], help="log head, relay lag, queues")
     return parser
 
 
@@ -38,19 +50,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         with store:
-            if args.command == "migrate":
-                applied = store.migrate()
-                done = ", ".join(f"{v:04d}" for v in applied) or "nothing to do"
-                print(f"migrated {store.namespace}: {done}")
-            elif args.command == "sql":
-                sys.stdout.write(store.sql(pending_only=args.pending))
-            elif args.command == "events":
-                _tail(store, args.after, args.follow)
+            return _dispatch(store, args)
     except alkstore.AlkstoreError as exc:
         print(f"alkstore: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _dispatch(store: alkstore.Store, args: argparse.Namespace) -> int:
+    if args.command == "migrate":
+        applied = store.migrate()
+        done = ", ".join(f"{v:04d}" for v in applied) or "nothing to do"
+        print(f"migrated {store.namespace}: {done}")
+    elif args.command == "sql":
+        sys.stdout.write(store.sql(pending_only=args.pending))
+    elif args.command == "events" and args.action == "tail":
+        _tail(store, args.after, args.follow)
+    elif args.command == "events":
+        if args.queue is None or args.from_position is None:
+            print("alkstore: events replay needs --queue and --from", file=sys.stderr)
+            return 2
+        store.replay(args.queue, args.from_position)
+        print(f"{args.queue}: events from position {args.from_position} will be delivered again")
+    elif args.command == "relay":
+        _relay(store, args)
+    elif args.command == "status":
+        _status(store)
     return 0
 
 
@@ -63,6 +89,46 @@ def _tail(store: alkstore.Store, after: int, follow: bool) -> None:
             f"{entry.position}\t{entry.appended_at.isoformat()}\t{entry.type}\t"
             f"{entry.key or '-'}{headers}\t{raw}",
             flush=True,
+        )
+
+
+def _relay(store: alkstore.Store, args: argparse.Namespace) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    relay = Relay(store, batch=args.batch, lease_ttl=args.lease_ttl, retention=args.retention)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        logging.getLogger("alkstore.relay").info("signal %d: stopping", signum)
+        relay.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    logging.getLogger("alkstore.relay").info(
+        "relay starting on %s (namespace %s)", store.engine.name, store.namespace
+    )
+    relay.run()
+
+
+def _status(store: alkstore.Store) -> None:
+    status = store.status()
+    print(f"log head: {status.head}")
+    if not status.subscriptions:
+        print("subscriptions: none")
+    for lag in status.subscriptions:
+        age = "caught up" if lag.seconds is None else f"{lag.seconds:.1f}s behind"
+        stats = store.queue(lag.queue).stats()
+        oldest = "" if stats.oldest_ready_age is None else f", oldest {stats.oldest_ready_age:.1f}s"
+        print(
+            f"  {lag.queue}: checkpoint {lag.checkpoint}, {lag.events} events / {age}; "
+            f"jobs ready {stats.ready}, scheduled {stats.scheduled}, active {stats.active}, "
+            f"dead {stats.dead}{oldest}"
+        )
+    for holdup in status.holdups:
+        print(
+            f"open writing transaction: pid {holdup.pid}, {holdup.age:.1f}s old, {holdup.state}: "
+            f"{holdup.query!r} (its events appear when it commits)"
         )
 
 

@@ -164,7 +164,19 @@ class PostgresEngine:
     def insert_events(self, conn: Any, rows: Sequence[_engine.EventRow]) -> None:
         insert(conn, self._q["insert_event"], rows)
 
-    def sequence(self, conn: psycopg.Connection[Any], batch: int = SEQUENCE_BATCH) -> int:
+    def sequence(self) -> None:
+        with self.connection() as conn, translate():
+            while self._sequence(conn) == SEQUENCE_BATCH:
+                pass
+
+    def holdups(self) -> list[tuple[int, float, str, str]]:
+        """Writing transactions open in this database, oldest first: (pid, age s, state, query).
+
+        They never stall the log (ADR 0004); their events appear when they commit."""
+        with self.connection() as conn, translate():
+            return conn.execute(self._q["oldest_writers"]).fetchall()
+
+    def _sequence(self, conn: psycopg.Connection[Any], batch: int = SEQUENCE_BATCH) -> int:
         """Number committed events; returns how many got a position."""
         row = conn.execute(self._q["sequence_events"], (batch,)).fetchone()
         return int(row[0]) if row else 0
@@ -172,7 +184,7 @@ class PostgresEngine:
     def read(self, after: int, limit: int) -> list[_engine.LogEntry]:
         decode_headers = _events.codec.decode_headers
         with self.connection() as conn, translate():
-            self.sequence(conn, max(limit, SEQUENCE_BATCH))
+            self._sequence(conn, max(limit, SEQUENCE_BATCH))
             cursor = conn.execute(self._q["read_events"], (after, limit))
             return [
                 _engine.LogEntry(pos, typ, key, decode_headers(hdr), payload, at)
@@ -181,7 +193,7 @@ class PostgresEngine:
 
     def head(self) -> int:
         with self.connection() as conn, translate():
-            while self.sequence(conn) == SEQUENCE_BATCH:
+            while self._sequence(conn) == SEQUENCE_BATCH:
                 pass
             row = conn.execute(self._q["head"]).fetchone()
             return int(row[0]) if row else 0

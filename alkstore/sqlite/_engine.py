@@ -184,6 +184,12 @@ class SqliteEngine:
             assert isinstance(value, int)
             return value
 
+    def sequence(self) -> None:
+        """Nothing to do: one writer at a time makes rowid order commit order."""
+
+    def holdups(self) -> list[tuple[int, float, str, str]]:
+        return []
+
     # -- queues ----------------------------------------------------------------------
 
     def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -196,14 +202,15 @@ class SqliteEngine:
 
     @contextmanager
     def sweep_lock(self, now_ms: int) -> Iterator[bool]:
+        """A lease row in the locks table (SQLite has no advisory locks)."""
         holder = f"{os.getpid()}:{id(self)}:{threading.get_ident()}"
-        params = {"holder": holder, "now": now_ms, "ttl_ms": SWEEP_LOCK_TTL_MS}
-        held = bool(self.run("sweep_try_lock", params))
+        params = {"name": "sweep", "holder": holder, "now": now_ms, "ttl_ms": SWEEP_LOCK_TTL_MS}
+        rows = self.run("lock_acquire", params)
         try:
-            yield held
+            yield bool(rows)
         finally:
-            if held:
-                self.run("sweep_unlock", {"holder": holder})
+            if rows:
+                self.run("lock_release", {"name": "sweep", "holder": holder, "token": rows[0][0]})
 
     # -- wake ------------------------------------------------------------------------
 

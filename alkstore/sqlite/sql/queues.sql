@@ -118,17 +118,6 @@ DELETE FROM {ns}__dead_letters WHERE id IN (
     LIMIT :batch)
 RETURNING id
 
--- name: sweep_try_lock
-INSERT INTO {ns}__locks (name, holder, token, expires_at)
-VALUES ('sweep', :holder, 1, :now + :ttl_ms)
-ON CONFLICT (name) DO UPDATE SET
-    holder = excluded.holder, token = token + 1, expires_at = excluded.expires_at
-WHERE expires_at <= :now OR holder = excluded.holder
-RETURNING token
-
--- name: sweep_unlock
-DELETE FROM {ns}__locks WHERE name = 'sweep' AND holder = :holder
-
 -- name: dead_letters
 SELECT id, queue, priority, enqueued_at, attempts, max_attempts, type, key, position,
        headers, payload, history, reason, died_at

@@ -1,0 +1,230 @@
+"""Subscriptions, the relay's batch step and named leases: the storage half of the relay.
+
+The relay process (`relay.Relay`) drives these; they are written once above the
+engines as named SQL (each engine's sql/relay.sql). See docs/adr/0007-relay.md.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import socket
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, Literal
+
+import msgspec
+
+from alkstore import _config, _errors, _jobs, _queue
+
+_PATTERN = re.compile(r"[A-Za-z0-9_.:\-*]{1,200}")
+_encode = msgspec.json.Encoder().encode
+_patterns = msgspec.json.Decoder(list[str])
+
+
+class Subscription(msgspec.Struct, frozen=True):
+    """A queue fed by the relay with every event whose type matches one of `events`."""
+
+    queue: str
+    events: list[str]
+    checkpoint: int  # the last log position turned into jobs for this queue
+
+
+class Lag(msgspec.Struct, frozen=True):
+    """How far a subscription is behind the log head."""
+
+    queue: str
+    checkpoint: int
+    events: int
+    seconds: float | None  # age of the oldest event not yet relayed (None: caught up)
+
+
+class Holdup(msgspec.Struct, frozen=True):
+    """An open writing transaction (PostgreSQL): its events appear when it commits."""
+
+    pid: int
+    age: float
+    state: str
+    query: str
+
+
+class Status(msgspec.Struct, frozen=True):
+    head: int
+    subscriptions: list[Lag]
+    holdups: list[Holdup]
+
+
+class NotLeader(_errors.AlkstoreError):
+    """This process no longer holds the lease it needs; another took over."""
+
+
+def like_pattern(glob: str) -> str:
+    """`order.*` -> `order.%` for LIKE ... ESCAPE '\\' (so `_` and `%` match literally)."""
+    if not isinstance(glob, str) or not _PATTERN.fullmatch(glob):
+        raise _errors.InvalidArgument(
+            f"invalid event pattern {glob!r}: use letters, digits, _ . : - and * as a wildcard"
+        )
+    escaped = glob.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped.replace("*", "%")
+
+
+def subscribe(
+    rt: _queue.Runtime,
+    queue: str,
+    events: Iterable[str],
+    start: Literal["now", "beginning"] | int = "now",
+    **queue_options: Any,
+) -> Subscription:
+    """Create or update a subscription. An existing one keeps its checkpoint."""
+    _config.check_name("queue", queue)
+    globs = [events] if isinstance(events, str) else list(events)
+    if not globs:
+        raise _errors.InvalidArgument("a subscription needs at least one event pattern")
+    patterns = [like_pattern(glob) for glob in globs]
+    if start == "now":
+        checkpoint = rt.engine.head()
+    elif start == "beginning":
+        checkpoint = 0
+    elif isinstance(start, int) and not isinstance(start, bool) and start >= 0:
+        checkpoint = start
+    else:
+        raise _errors.InvalidArgument(
+            f'start must be "now", "beginning" or a position, not {start!r}'
+        )
+    if queue_options:
+        _queue.Queue(rt, queue).configure(**queue_options)
+    params = {
+        "queue": queue,
+        "events": _encode(globs).decode(),
+        "patterns": _encode(patterns).decode(),
+        "checkpoint": checkpoint,
+        "now": rt.now_ms(),
+    }
+    rows = rt.engine.run("subscribe", params)
+    rt.engine.committed()  # wake the relay: a new subscription may have work
+    return Subscription(queue, globs, int(rows[0][0]))
+
+
+def unsubscribe(rt: _queue.Runtime, queue: str) -> bool:
+    """Stop routing events to `queue` (its jobs stay). False if there was no subscription."""
+    return bool(rt.engine.run("unsubscribe", {"queue": _config.check_name("queue", queue)}))
+
+
+def subscriptions(rt: _queue.Runtime) -> list[Subscription]:
+    return [
+        Subscription(queue, _patterns.decode(events), int(checkpoint))
+        for queue, events, checkpoint, _ in rt.engine.run("subscriptions", {})
+    ]
+
+
+def replay(rt: _queue.Runtime, queue: str, from_position: int) -> None:
+    """Re-deliver events from `from_position` on: moves the checkpoint back (or forward).
+
+    Handlers see those events again: delivery is at-least-once across a replay."""
+    if isinstance(from_position, bool) or not isinstance(from_position, int) or from_position < 1:
+        raise _errors.InvalidArgument(f"from_position must be >= 1, got {from_position!r}")
+    params = {"queue": queue, "checkpoint": from_position - 1, "now": rt.now_ms()}
+    if not rt.engine.run("set_checkpoint", params):
+        raise _errors.InvalidArgument(f"no subscription for queue {queue!r}")
+    rt.engine.committed()
+
+
+class Lease:
+    """A named, expiring lease with a fencing token, stored in the namespace's locks table.
+
+    `acquire()` succeeds when the lease is free or expired (or already ours), and
+    always hands out a larger token than before; `renew()` fails once another
+    holder has taken over. Work done under the lease checks the token in its own
+    transaction (`relay_batch`), so a paused former holder cannot write.
+    """
+
+    def __init__(self, rt: _queue.Runtime, name: str, ttl: float) -> None:
+        self._rt = rt
+        self.name = name
+        self.ttl_ms = int(_queue.seconds("ttl", ttl, positive=True) * 1000)
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.token: int | None = None
+
+    def _params(self, **more: Any) -> dict[str, Any]:
+        return {"name": self.name, "holder": self.holder, "ttl_ms": self.ttl_ms, **more}
+
+    def acquire(self) -> bool:
+        rows = self._rt.engine.run("lock_acquire", self._params(now=self._rt.now_ms()))
+        self.token = int(rows[0][0]) if rows else None
+        return self.token is not None
+
+    def renew(self, conn: Any = None) -> bool:
+        """Extend the lease; inside the caller's transaction when `conn` is given."""
+        if self.token is None:
+            return False
+        params = self._params(now=self._rt.now_ms(), token=self.token)
+        engine = self._rt.engine
+        rows = (
+            engine.run_in(conn, "lock_renew", params) if conn else engine.run("lock_renew", params)
+        )
+        if not rows:
+            self.token = None
+        return self.token is not None
+
+    def release(self) -> None:
+        if self.token is not None:
+            self._rt.engine.run("lock_release", self._params(token=self.token))
+            self.token = None
+
+    def holder_info(self) -> tuple[str, int, datetime] | None:
+        rows = self._rt.engine.run("lock_holder", {"name": self.name})
+        if not rows:
+            return None
+        holder, token, expires_at = rows[0]
+        return holder, int(token), _jobs.from_ms(expires_at)
+
+
+def relay_batch(rt: _queue.Runtime, lease: Lease | None, batch: int = 5_000) -> tuple[int, int]:
+    """Turn the next batch of committed events into jobs, exactly once.
+
+    In one transaction: check the fencing token (raise NotLeader if lost), take
+    the events after the lowest checkpoint (up to `batch`), insert one job per
+    matching subscription, advance every checkpoint. Returns (jobs created,
+    events covered). A crash at any point rolls the whole batch back.
+    """
+    engine = rt.engine
+    engine.sequence()
+    now = rt.now_ms()
+    with engine.transaction() as conn:
+        if lease is not None and not lease.renew(conn):
+            raise NotLeader(f"lease {lease.name!r} was taken over; stopping")
+        low, high = engine.run_in(conn, "relay_bounds", {"batch": batch})[0]
+        if low is None or high <= low:
+            return 0, 0
+        jobs = len(engine.run_in(conn, "relay_insert", {"high": high, "now": now}))
+        engine.run_in(conn, "relay_advance", {"high": high, "now": now})
+    if jobs:
+        engine.committed()  # wake the workers
+    return jobs, int(high - low)
+
+
+def prune_log(rt: _queue.Runtime, older_than: float, batch: int = 10_000) -> int:
+    """Delete events every subscription has passed that are older than `older_than` s."""
+    before = rt.now_ms() - int(_queue.seconds("older_than", older_than) * 1000)
+    total = 0
+    while True:
+        n = len(rt.engine.run("prune_log", {"before": before, "batch": batch}))
+        total += n
+        if n < batch:
+            return total
+
+
+def status(rt: _queue.Runtime) -> Status:
+    engine = rt.engine
+    head = engine.head()
+    now = rt.now_ms()
+    lags = []
+    for queue, checkpoint, behind, oldest in engine.run("lag", {}):
+        age = None
+        if oldest is not None:
+            oldest_ms = oldest if isinstance(oldest, int) else int(oldest.timestamp() * 1000)
+            age = max(0.0, (now - oldest_ms) / 1000)
+        lags.append(Lag(queue, int(checkpoint), int(behind), age))
+    holdups = [Holdup(*row) for row in engine.holdups()]
+    return Status(head, lags, holdups)

@@ -1,0 +1,91 @@
+-- Subscriptions, the relay's batch step, named leases. {ns}: the schema.
+
+-- name: subscribe
+INSERT INTO {ns}.subscriptions (queue, events, patterns, checkpoint, updated_at)
+VALUES (%(queue)s, %(events)s::jsonb,
+        ARRAY(SELECT jsonb_array_elements_text(%(patterns)s::jsonb)), %(checkpoint)s, %(now)s)
+ON CONFLICT (queue) DO UPDATE SET
+    events = excluded.events, patterns = excluded.patterns, updated_at = excluded.updated_at
+RETURNING checkpoint
+
+-- name: unsubscribe
+DELETE FROM {ns}.subscriptions WHERE queue = %(queue)s RETURNING queue
+
+-- name: subscriptions
+SELECT queue, events::text, checkpoint, updated_at FROM {ns}.subscriptions ORDER BY queue
+
+-- name: set_checkpoint
+UPDATE {ns}.subscriptions SET checkpoint = %(checkpoint)s, updated_at = %(now)s
+WHERE queue = %(queue)s RETURNING queue
+
+-- name: relay_bounds
+-- Locks every subscription row until the batch commits: a concurrent replay or
+-- unsubscribe waits instead of being overwritten by relay_advance.
+WITH low AS (
+    SELECT min(checkpoint) AS low
+    FROM (SELECT checkpoint FROM {ns}.subscriptions FOR UPDATE) AS locked)
+SELECT low.low, coalesce((
+    SELECT max(position) FROM (
+        SELECT position FROM {ns}.events
+        WHERE position > low.low ORDER BY position LIMIT %(batch)s) AS b), low.low)
+FROM low
+
+-- name: relay_insert
+INSERT INTO {ns}.jobs (queue, priority, visible_at, enqueued_at, max_attempts,
+                       type, key, position, headers, payload)
+SELECT s.queue, 0, %(now)s, %(now)s, coalesce(q.max_attempts, 5),
+       e.type, e.key, e.position, e.headers, e.payload
+FROM {ns}.subscriptions AS s
+JOIN {ns}.events AS e ON e.position > s.checkpoint AND e.position <= %(high)s
+LEFT JOIN {ns}.queues AS q ON q.name = s.queue
+WHERE EXISTS (SELECT 1 FROM unnest(s.patterns) AS p WHERE e.type LIKE p)
+ORDER BY e.position, s.queue
+RETURNING id
+
+-- name: relay_advance
+UPDATE {ns}.subscriptions SET checkpoint = %(high)s, updated_at = %(now)s
+WHERE checkpoint < %(high)s
+
+-- name: lag
+SELECT s.queue, s.checkpoint, h.head - s.checkpoint,
+       (SELECT min(e.appended_at) FROM {ns}.events AS e
+        WHERE e.position = s.checkpoint + 1)
+FROM {ns}.subscriptions AS s, {ns}.log_head AS h
+ORDER BY s.queue
+
+-- name: prune_log
+DELETE FROM {ns}.events WHERE id IN (
+    SELECT id FROM {ns}.events
+    WHERE position <= (SELECT coalesce(min(checkpoint), 0) FROM {ns}.subscriptions)
+      AND appended_at < to_timestamp(%(before)s / 1000.0)
+    ORDER BY position LIMIT %(batch)s)
+RETURNING id
+
+-- name: oldest_writers
+SELECT pid, extract(epoch FROM now() - xact_start)::float8, state, left(query, 200)
+FROM pg_stat_activity
+WHERE backend_xid IS NOT NULL AND datname = current_database() AND pid <> pg_backend_pid()
+ORDER BY xact_start LIMIT 5
+
+-- name: unsequenced
+SELECT count(*) FROM {ns}.events WHERE position IS NULL
+
+-- name: lock_acquire
+INSERT INTO {ns}.locks (name, holder, token, expires_at)
+VALUES (%(name)s, %(holder)s, 1, %(now)s + %(ttl_ms)s)
+ON CONFLICT (name) DO UPDATE SET
+    holder = excluded.holder, token = {ns}.locks.token + 1, expires_at = excluded.expires_at
+WHERE {ns}.locks.expires_at <= %(now)s OR {ns}.locks.holder = excluded.holder
+RETURNING token
+
+-- name: lock_renew
+UPDATE {ns}.locks SET expires_at = %(now)s + %(ttl_ms)s
+WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s
+RETURNING token
+
+-- name: lock_release
+UPDATE {ns}.locks SET expires_at = 0  -- the row stays: tokens only ever grow
+WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s
+
+-- name: lock_holder
+SELECT holder, token, expires_at FROM {ns}.locks WHERE name = %(name)s

@@ -1,0 +1,77 @@
+-- Subscriptions, the relay's batch step, named leases. {ns}: the table prefix.
+
+-- name: subscribe
+INSERT INTO {ns}__subscriptions (queue, events, patterns, checkpoint, updated_at)
+VALUES (:queue, :events, :patterns, :checkpoint, :now)
+ON CONFLICT (queue) DO UPDATE SET
+    events = excluded.events, patterns = excluded.patterns, updated_at = excluded.updated_at
+RETURNING checkpoint
+
+-- name: unsubscribe
+DELETE FROM {ns}__subscriptions WHERE queue = :queue RETURNING queue
+
+-- name: subscriptions
+SELECT queue, events, checkpoint, updated_at FROM {ns}__subscriptions ORDER BY queue
+
+-- name: set_checkpoint
+UPDATE {ns}__subscriptions SET checkpoint = :checkpoint, updated_at = :now
+WHERE queue = :queue RETURNING queue
+
+-- name: relay_bounds
+WITH low AS (SELECT min(checkpoint) AS low FROM {ns}__subscriptions)
+SELECT low.low, coalesce((
+    SELECT max(position) FROM (
+        SELECT position FROM {ns}__events
+        WHERE position > low.low ORDER BY position LIMIT :batch)), low.low)
+FROM low
+
+-- name: relay_insert
+INSERT INTO {ns}__jobs (queue, priority, visible_at, enqueued_at, max_attempts,
+                        type, key, position, headers, payload)
+SELECT s.queue, 0, :now, :now, coalesce(q.max_attempts, 5),
+       e.type, e.key, e.position, e.headers, e.payload
+FROM {ns}__subscriptions AS s
+JOIN {ns}__events AS e ON e.position > s.checkpoint AND e.position <= :high
+LEFT JOIN {ns}__queues AS q ON q.name = s.queue
+WHERE EXISTS (SELECT 1 FROM json_each(s.patterns) AS p WHERE e.type LIKE p.value ESCAPE '\')
+ORDER BY e.position, s.queue
+RETURNING id
+
+-- name: relay_advance
+UPDATE {ns}__subscriptions SET checkpoint = :high, updated_at = :now
+WHERE checkpoint < :high
+
+-- name: lag
+SELECT s.queue, s.checkpoint,
+       coalesce((SELECT seq FROM sqlite_sequence WHERE name = '{ns}__events'), 0) - s.checkpoint,
+       (SELECT e.appended_at FROM {ns}__events AS e WHERE e.position = s.checkpoint + 1)
+FROM {ns}__subscriptions AS s
+ORDER BY s.queue
+
+-- name: prune_log
+DELETE FROM {ns}__events WHERE position IN (
+    SELECT position FROM {ns}__events
+    WHERE position <= (SELECT coalesce(min(checkpoint), 0) FROM {ns}__subscriptions)
+      AND appended_at < :before
+    ORDER BY position LIMIT :batch)
+RETURNING position
+
+-- name: lock_acquire
+INSERT INTO {ns}__locks (name, holder, token, expires_at)
+VALUES (:name, :holder, 1, :now + :ttl_ms)
+ON CONFLICT (name) DO UPDATE SET
+    holder = excluded.holder, token = token + 1, expires_at = excluded.expires_at
+WHERE expires_at <= :now OR holder = excluded.holder
+RETURNING token
+
+-- name: lock_renew
+UPDATE {ns}__locks SET expires_at = :now + :ttl_ms
+WHERE name = :name AND holder = :holder AND token = :token
+RETURNING token
+
+-- name: lock_release
+UPDATE {ns}__locks SET expires_at = 0  -- the row stays: tokens only ever grow
+WHERE name = :name AND holder = :holder AND token = :token
+
+-- name: lock_holder
+SELECT holder, token, expires_at FROM {ns}__locks WHERE name = :name

@@ -1,0 +1,103 @@
+"""The relay loop: tail the log, fan events out into subscribed queues, exactly once.
+
+One relay per namespace is active at a time (a lease with a fencing token);
+any number of others stand by and take over within about `lease_ttl * 4/3`
+seconds of the active one dying. See docs/adr/0007-relay.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import alkstore
+
+log = logging.getLogger("alkstore.relay")
+
+
+class Relay:
+    """Runs `store.relay_batch` in a loop while holding the namespace's relay lease."""
+
+    def __init__(
+        self,
+        store: alkstore.Store,
+        *,
+        batch: int = 5_000,
+        lease_ttl: float = 3.0,
+        poll: float = 1.0,
+        retention: float | None = None,
+        maintenance_every: float = 5.0,
+    ) -> None:
+        self.store = store
+        self.batch = batch
+        self.lease = store.lease("relay", ttl=lease_ttl)
+        self.lease_ttl = lease_ttl
+        self.poll = min(poll, lease_ttl / 3)
+        self.retention = retention
+        self.maintenance_every = maintenance_every
+        self.relayed_events = 0
+        self.created_jobs = 0
+        self._stop = threading.Event()
+        self._next_maintenance = 0.0
+
+    @property
+    def is_leader(self) -> bool:
+        return self.lease.token is not None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        """Relay until `stop()` (or a signal handler calling it)."""
+        listener = self.store.listen()
+        try:
+            while not self._stop.is_set():
+                if not self.is_leader and not self._campaign():
+                    self._stop.wait(self.lease_ttl / 3)
+                    continue
+                busy = self.step()
+                self._maintain()
+                if not busy:
+                    listener.wait(self.poll)
+        finally:
+            if self.is_leader:
+                self.lease.release()
+                log.info("relay released the lease")
+
+    def step(self) -> bool:
+        """One batch; True if there may be more to do right away."""
+        try:
+            jobs, covered = self.store.relay_batch(self.lease, self.batch)
+        except alkstore.NotLeader:
+            log.warning("relay lost the lease to another process; standing by")
+            return False
+        self.relayed_events += covered
+        self.created_jobs += jobs
+        if covered:
+            log.debug("relayed %d events into %d jobs", covered, jobs)
+        return covered >= self.batch
+
+    def _campaign(self) -> bool:
+        if self.lease.acquire():
+            log.info("relay is active (lease token %d)", self.lease.token)
+            return True
+        return False
+
+    def _maintain(self) -> None:
+        now = time.monotonic()
+        if now < self._next_maintenance:
+            return
+        self._next_maintenance = now + self.maintenance_every
+        swept = self.store.sweep()
+        if swept.expired or swept.lease_expired or swept.purged:
+            log.info(
+                "maintenance: %d expired, %d lease-expired to dead letters; %d purged",
+                swept.expired,
+                swept.lease_expired,
+                swept.purged,
+            )
+        if self.retention is not None:
+            pruned = self.store.prune_log(self.retention)
+            if pruned:
+                log.info("maintenance: pruned %d events older than %gs", pruned, self.retention)
