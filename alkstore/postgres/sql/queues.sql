@@ -171,7 +171,7 @@ RETURNING id
 
 -- name: stats
 WITH j AS (
-    SELECT visible_at, lease_token,
+    SELECT visible_at, lease_token, attempts, max_attempts,
            visible_at <= %(now)s AND attempts < max_attempts
            AND (expires_at IS NULL OR attempts > 0 OR expires_at > %(now)s) AS ready
     FROM {ns}.jobs WHERE queue = %(queue)s
@@ -179,7 +179,8 @@ WITH j AS (
 SELECT
     count(*) FILTER (WHERE ready),
     count(*) FILTER (WHERE visible_at > %(now)s AND lease_token IS NULL),
-    count(*) FILTER (WHERE visible_at > %(now)s AND lease_token IS NOT NULL),
+    -- an exhausted job whose last lease ran out stays active until the sweep buries it
+    count(*) FILTER (WHERE lease_token IS NOT NULL AND (visible_at > %(now)s OR attempts >= max_attempts)),
     (SELECT count(*) FROM {ns}.dead_letters WHERE queue = %(queue)s),
     min(visible_at) FILTER (WHERE ready)
 FROM j

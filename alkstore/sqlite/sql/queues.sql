@@ -151,7 +151,7 @@ RETURNING id
 
 -- name: stats
 WITH j AS (
-    SELECT visible_at, lease_token,
+    SELECT visible_at, lease_token, attempts, max_attempts,
            visible_at <= :now AND attempts < max_attempts
            AND (expires_at IS NULL OR attempts > 0 OR expires_at > :now) AS ready
     FROM {ns}__jobs WHERE queue = :queue
@@ -159,7 +159,8 @@ WITH j AS (
 SELECT
     count(*) FILTER (WHERE ready),
     count(*) FILTER (WHERE visible_at > :now AND lease_token IS NULL),
-    count(*) FILTER (WHERE visible_at > :now AND lease_token IS NOT NULL),
+    -- an exhausted job whose last lease ran out stays active until the sweep buries it
+    count(*) FILTER (WHERE lease_token IS NOT NULL AND (visible_at > :now OR attempts >= max_attempts)),
     (SELECT count(*) FROM {ns}__dead_letters WHERE queue = :queue),
     min(visible_at) FILTER (WHERE ready)
 FROM j
