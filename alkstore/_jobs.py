@@ -119,6 +119,11 @@ class Job(Generic[T]):
         """Give up now: move the job to the dead letters with `reason`."""
         self._queue._bury(self, reason)
 
+    def release(self) -> None:
+        """Give the job back unprocessed: visible at once, and this attempt does not count
+        (a worker shutting down gracefully; ADR 0008)."""
+        self._queue._release(self)
+
     def heartbeat(self, progress: Any = None, extend: float | None = None) -> None:
         """Renew the lease (by `extend` seconds, default the claim's visibility) and store
         optional progress."""

@@ -293,6 +293,10 @@ class Queue:
         self._checked(job, "retry", "retry", visible_at=visible_at, entry=entry)
         self._engine.committed()
 
+    def _release(self, job: _jobs.Job[Any]) -> None:
+        self._checked(job, "release", "release", now=self._rt.now_ms())
+        self._engine.committed()
+
     def _bury(self, job: _jobs.Job[Any], reason: str) -> None:
         now = self._rt.now_ms()
         reason = str(reason)

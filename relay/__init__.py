@@ -1,6 +1,7 @@
-"""Processes built on alkstore's public API: the relay loop and the CLI (workers and the
-scheduler come next)."""
+"""Processes built on alkstore's public API: the relay loop, the worker runtime and the CLI."""
 
+from relay._handlers import Fail, Retry
 from relay._relay import Relay
+from relay._worker import Worker
 
-__all__ = ["Relay"]
+__all__ = ["Fail", "Relay", "Retry", "Worker"]

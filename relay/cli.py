@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
+import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 
 import alkstore
 from relay._relay import Relay
+from relay._worker import Worker
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,11 +41,19 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--retention", type=float, help="prune relayed events older than S seconds")
     run.add_argument("-v", "--verbose", action="store_true")
     commands.add_parser("status", parents=[common], help="log head, relay lag, queues")
+    work = commands.add_parser("worker", parents=[common], help="run handlers: MODULE:WORKER")
+    work.add_argument("target", help="where the relay.Worker is, e.g. myapp.jobs:worker")
+    work.add_argument("--queues", help="comma-separated subset of the handlers' queues")
+    work.add_argument("--concurrency", type=int, help="total handlers running at once")
+    work.add_argument("--once", action="store_true", help="drain the queues, then exit")
+    work.add_argument("-v", "--verbose", action="store_true")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "worker":
+        return _worker(args)
     try:
         store = alkstore.connect(args.db, namespace=args.namespace)
     except alkstore.AlkstoreError as exc:
@@ -92,19 +103,58 @@ def _tail(store: alkstore.Store, after: int, follow: bool) -> None:
         )
 
 
-def _relay(store: alkstore.Store, args: argparse.Namespace) -> None:
+def _logging(verbose: bool) -> None:
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+
+
+def _on_signals(stop: Callable[[], None]) -> None:
+    """First SIGTERM/SIGINT: stop gracefully. A second one: exit at once."""
+    received: list[int] = []
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if received:
+            os._exit(128 + signum)  # leases expire; the jobs come back
+        received.append(signum)
+        logging.getLogger("alkstore").info("signal %d: stopping (again to exit now)", signum)
+        stop()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    _logging(args.verbose)
+    module_name, _, attr = args.target.partition(":")
+    if args.db:
+        os.environ["ALKSTORE_DB"] = args.db  # for the module's alkstore.connect()
+    try:
+        sys.path.insert(0, os.getcwd())
+        worker = getattr(importlib.import_module(module_name), attr or "worker")
+    except (ImportError, AttributeError) as exc:
+        print(f"alkstore: cannot load {args.target!r}: {exc}", file=sys.stderr)
+        return 2
+    if not isinstance(worker, Worker):
+        print(f"alkstore: {args.target!r} is not a relay.Worker", file=sys.stderr)
+        return 2
+    if args.concurrency is not None:
+        worker.concurrency = args.concurrency
+    queues = args.queues.split(",") if args.queues else None
+    _on_signals(worker.stop)
+    try:
+        worker.run(queues=queues, once=args.once)
+    except alkstore.AlkstoreError as exc:
+        print(f"alkstore: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _relay(store: alkstore.Store, args: argparse.Namespace) -> None:
+    _logging(args.verbose)
     relay = Relay(store, batch=args.batch, lease_ttl=args.lease_ttl, retention=args.retention)
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        logging.getLogger("alkstore.relay").info("signal %d: stopping", signum)
-        relay.stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    _on_signals(relay.stop)
     logging.getLogger("alkstore.relay").info(
         "relay starting on %s (namespace %s)", store.engine.name, store.namespace
     )

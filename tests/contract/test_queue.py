@@ -448,3 +448,16 @@ def test_bad_claim_and_retry_arguments(qstore: alkstore.Store) -> None:
     with pytest.raises(alkstore.InvalidArgument):
         job.heartbeat(extend=math.nan)
     job.ack()
+
+
+def test_release_gives_the_job_back_without_counting_the_attempt(qstore: alkstore.Store) -> None:
+    q = qstore.queue("released")
+    q.enqueue("x", max_attempts=1)
+    job = q.claim()
+    assert job is not None
+    job.release()
+    again = q.claim()
+    assert again is not None and again.id == job.id and again.attempt == 1
+    with pytest.raises(alkstore.LeaseLost):
+        job.release()
+    again.ack()

@@ -69,6 +69,12 @@ UPDATE {ns}.jobs SET
 WHERE id = %(id)s AND lease_token = %(token)s
 RETURNING id
 
+-- name: release
+-- Give a claimed job back untouched: visible now, and this attempt does not count.
+UPDATE {ns}.jobs SET visible_at = %(now)s, lease_token = NULL, attempts = attempts - 1
+WHERE id = %(id)s AND lease_token = %(token)s
+RETURNING id
+
 -- name: heartbeat
 UPDATE {ns}.jobs SET
     visible_at = %(visible_at)s,

@@ -63,6 +63,12 @@ UPDATE {ns}__jobs SET
 WHERE id = :id AND lease_token = :token
 RETURNING id
 
+-- name: release
+-- Give a claimed job back untouched: visible now, and this attempt does not count.
+UPDATE {ns}__jobs SET visible_at = :now, lease_token = NULL, attempts = attempts - 1
+WHERE id = :id AND lease_token = :token
+RETURNING id
+
 -- name: heartbeat
 UPDATE {ns}__jobs SET
     visible_at = :visible_at,

@@ -1,0 +1,387 @@
+"""The worker runtime: typed handlers, concurrency limits, batched claims and acks,
+automatic lease renewal, retries, graceful shutdown. See docs/adr/0008-worker.md."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import tenacity
+
+import alkstore
+from relay import _handlers
+
+log = logging.getLogger("alkstore.worker")
+F = TypeVar("F", bound=Callable[..., object])
+Outcome = tuple[str, float | None, str]  # (ack | retry | fail | poison, delay, reason)
+
+
+@dataclass
+class Running:
+    job: alkstore.Job[Any]
+    handler: _handlers.Handler
+    started: float
+    renewed: float
+    abandoned: bool = False  # released, timed out or lease lost: its result is ignored
+
+
+@dataclass
+class _Slots:
+    """In-flight counts per queue and in total, under one condition."""
+
+    total: int
+    per_queue: dict[str, int]
+    busy: Counter[str] = field(default_factory=Counter)
+    cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def take(self, queue: str, want: int) -> int:
+        with self.cond:
+            free = min(
+                self.per_queue[queue] - self.busy[queue], self.total - sum(self.busy.values())
+            )
+            n = max(0, min(want, free))
+            self.busy[queue] += n
+            return n
+
+    def give(self, queue: str, n: int = 1) -> None:
+        with self.cond:
+            self.busy[queue] -= n
+            self.cond.notify_all()
+
+    def wait_free(self, queue: str, timeout: float) -> None:
+        with self.cond:
+            self.cond.wait_for(
+                lambda: (
+                    self.busy[queue] < self.per_queue[queue]
+                    and sum(self.busy.values()) < self.total
+                ),
+                timeout,
+            )
+
+
+class Worker:
+    """Consumes named queues with registered handlers. `run()` blocks until `stop()`."""
+
+    def __init__(
+        self,
+        store: alkstore.Store,
+        *,
+        concurrency: int = 32,
+        batch: int = 100,
+        visibility: float | None = None,
+        poll: float = 1.0,
+        grace: float = 30.0,
+        ack_flush: float = 0.005,
+        renew: bool = True,
+        maintenance_every: float = 5.0,
+        on_outcome: Callable[[alkstore.Job[Any], str, float], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.concurrency = concurrency
+        self.batch = batch
+        self.visibility = visibility
+        self.poll = poll
+        self.grace = grace
+        self.ack_flush = ack_flush
+        self.renew = renew
+        self.maintenance_every = maintenance_every
+        self.on_outcome = on_outcome
+        self.handlers: dict[str, _handlers.Handler] = {}
+        self.counters: Counter[str] = Counter()
+        self._running: dict[int, Running] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._acks: list[alkstore.Job[Any]] = []
+        self._acks_ready = threading.Condition(self._lock)
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def handler(
+        self, queue: str, *, concurrency: int = 8, timeout: float | None = None
+    ) -> Callable[[F], F]:
+        """Register `fn(job)` (sync or async) for `queue`; the `Job[X]` annotation decides
+        how the payload is decoded."""
+        self.store.queue(queue)  # validates the name
+
+        def register(fn: F) -> F:
+            self.handlers[queue] = _handlers.make_handler(queue, fn, concurrency, timeout)
+            return fn
+
+        return register
+
+    def stop(self) -> None:
+        """Stop claiming; in-flight jobs get `grace` seconds, then their leases are released."""
+        self._stop.set()
+
+    # -- running ---------------------------------------------------------------------
+
+    def run(self, *, queues: Iterable[str] | None = None, once: bool = False) -> None:
+        """Process jobs until `stop()`; with once=True, until the queues have no ready job."""
+        names = list(self.handlers) if queues is None else list(queues)
+        missing = [q for q in names if q not in self.handlers]
+        if missing or not names:
+            raise alkstore.InvalidArgument(f"no handler registered for queues {missing or names}")
+        slots = _Slots(self.concurrency, {q: self.handlers[q].concurrency for q in names})
+        sync_threads = sum(h.concurrency for q, h in self.handlers.items() if q in names)
+        pool = ThreadPoolExecutor(max_workers=max(1, sync_threads), thread_name_prefix="handler")
+        loop_thread = self._start_loop() if any(self.handlers[q].is_async for q in names) else None
+        helpers = [
+            threading.Thread(target=self._ack_loop, name="worker-acks", daemon=True),
+            threading.Thread(target=self._renew_loop, name="worker-renew", daemon=True),
+        ]
+        dispatchers = [
+            threading.Thread(
+                target=self._dispatch, args=(self.handlers[q], slots, pool, once), name=f"claim-{q}"
+            )
+            for q in names
+        ]
+        log.info("worker started: queues %s, concurrency %d", ", ".join(names), self.concurrency)
+        for thread in helpers + dispatchers:
+            thread.start()
+        try:
+            for thread in dispatchers:
+                while thread.is_alive():
+                    thread.join(0.2)
+        finally:
+            self._stop.set()
+            self._shutdown(slots, pool, loop_thread, helpers)
+
+    def _dispatch(
+        self, handler: _handlers.Handler, slots: _Slots, pool: ThreadPoolExecutor, once: bool
+    ) -> None:
+        queue = self.store.queue(handler.queue)
+        listener = self.store.listen()
+        wait = tenacity.wait_random_exponential(multiplier=0.1, max=10)
+        failures = 0
+        while not self._stop.is_set():
+            quiet = slots.busy[handler.queue] == 0  # nothing in flight could still retry
+            n = slots.take(handler.queue, self.batch)
+            if n == 0:
+                slots.wait_free(handler.queue, self.poll)
+                continue
+            try:
+                jobs = queue.claim_many(n, visibility=self.visibility)
+                failures = 0
+            except alkstore.StorageError as exc:
+                slots.give(handler.queue, n)
+                failures += 1
+                delay = wait(_attempt(failures))
+                log.warning("claim on %s failed (%s); retrying in %.1fs", handler.queue, exc, delay)
+                self._stop.wait(delay)
+                continue
+            if len(jobs) < n:
+                slots.give(handler.queue, n - len(jobs))
+            for job in jobs:
+                self._start(handler, job, slots, pool)
+            if not jobs:
+                if once and quiet:
+                    return
+                listener.wait(self.poll)
+
+    def _start(
+        self,
+        handler: _handlers.Handler,
+        job: alkstore.Job[Any],
+        slots: _Slots,
+        pool: ThreadPoolExecutor,
+    ) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._running[job.id] = Running(job, handler, now, now)
+        self.counters["claimed"] += 1
+        if handler.is_async:
+            assert self._loop is not None
+            asyncio.run_coroutine_threadsafe(self._run_async(handler, job, slots), self._loop)
+        else:
+            pool.submit(self._run_sync, handler, job, slots)
+
+    def _run_sync(self, handler: _handlers.Handler, job: alkstore.Job[Any], slots: _Slots) -> None:
+        started = time.monotonic()
+        try:
+            _handlers.decode_into(job, handler.payload_type)
+            handler.fn(job)
+            outcome: Outcome = ("ack", None, "")
+        except Exception as exc:  # every failure becomes an outcome
+            outcome = _classify(exc)
+        self._complete(job, outcome, started, slots)
+
+    async def _run_async(
+        self, handler: _handlers.Handler, job: alkstore.Job[Any], slots: _Slots
+    ) -> None:
+        started = time.monotonic()
+        try:
+            _handlers.decode_into(job, handler.payload_type)
+            result = handler.fn(job)
+            assert asyncio.iscoroutine(result)
+            await asyncio.wait_for(result, handler.timeout)
+            outcome: Outcome = ("ack", None, "")
+        except TimeoutError:
+            outcome = ("retry", None, f"timed out after {handler.timeout}s")
+        except Exception as exc:  # every failure becomes an outcome
+            outcome = _classify(exc)
+        await asyncio.to_thread(self._complete, job, outcome, started, slots)
+
+    def _complete(
+        self, job: alkstore.Job[Any], outcome: Outcome, started: float, slots: _Slots
+    ) -> None:
+        """Record a handler's outcome (acks are batched by the ack thread), then free its slot."""
+        kind, delay, reason = outcome
+        try:
+            with self._lock:
+                running = self._running.pop(job.id, None)
+                if running is None or running.abandoned:
+                    return  # released, timed out or lost: someone else owns the job now
+                if kind == "ack":
+                    self._acks.append(job)
+                    if len(self._acks) >= self.batch:
+                        self._acks_ready.notify()
+                    return
+            try:
+                if kind == "retry":
+                    job.retry(delay=delay, error=reason)
+                    log.warning("job %s#%d attempt %d: %s", job.queue, job.id, job.attempt, reason)
+                else:
+                    job.fail(reason)
+                    log.error("job %s#%d dead-lettered: %s", job.queue, job.id, reason)
+            except alkstore.LeaseLost:
+                kind = "lease_lost"
+            except alkstore.StorageError as exc:
+                kind = "error"
+                log.warning(
+                    "job %s#%d: could not record %s (%s)", job.queue, job.id, outcome[0], exc
+                )
+            self.counters[kind] += 1
+            if self.on_outcome is not None:
+                self.on_outcome(job, kind, time.monotonic() - started)
+        finally:
+            slots.give(job.queue)
+
+    # -- helpers: acks, lease renewal, maintenance -------------------------------------
+
+    def _ack_loop(self) -> None:
+        while True:
+            with self._lock:
+                if not self._acks:
+                    self._acks_ready.wait(self.ack_flush)
+                if len(self._acks) < self.batch:
+                    self._acks_ready.wait(self.ack_flush)  # let a batch gather, briefly
+                batch, self._acks = self._acks, []
+            if batch:
+                self._flush(batch)
+            elif self._stop.is_set() and not self._running:
+                return
+
+    def _flush(self, batch: list[alkstore.Job[Any]]) -> None:
+        by_queue: dict[str, list[alkstore.Job[Any]]] = {}
+        for job in batch:
+            by_queue.setdefault(job.queue, []).append(job)
+        for name, jobs in by_queue.items():
+            try:
+                lost = self.store.queue(name).ack_many(jobs)
+            except alkstore.StorageError as exc:
+                log.warning("ack of %d jobs failed (%s); they will be re-delivered", len(jobs), exc)
+                self.counters["error"] += len(jobs)
+                continue
+            self.counters["ack"] += len(jobs) - len(lost)
+            self.counters["lease_lost"] += len(lost)
+            if self.on_outcome is not None:
+                for job in jobs:
+                    self.on_outcome(job, "lease_lost" if job.id in lost else "ack", 0.0)
+
+    def _renew_loop(self) -> None:
+        next_maintenance = 0.0
+        while not self._stop.wait(0.1):
+            now = time.monotonic()
+            with self._lock:
+                running = list(self._running.values())
+            for item in running:
+                self._watch(item, now)
+            if now >= next_maintenance:
+                next_maintenance = now + self.maintenance_every
+                try:
+                    self.store.sweep()
+                except alkstore.StorageError as exc:
+                    log.warning("maintenance failed: %s", exc)
+
+    def _watch(self, item: Running, now: float) -> None:
+        job, handler = item.job, item.handler
+        if item.abandoned:
+            return
+        try:
+            if (
+                handler.timeout is not None
+                and not handler.is_async
+                and (now - item.started > handler.timeout)
+            ):
+                item.abandoned = True  # the thread runs on; its result is ignored
+                job.retry(error=f"timed out after {handler.timeout}s")
+                self.counters["timeout"] += 1
+            elif self.renew and now - item.renewed >= job.lease_ms / 3000:
+                job.heartbeat()
+                item.renewed = now
+        except alkstore.LeaseLost:
+            item.abandoned = True
+            self.counters["lease_lost"] += 1
+        except alkstore.StorageError as exc:
+            log.warning("lease renewal of %s#%d failed: %s", job.queue, job.id, exc)
+
+    def _start_loop(self) -> threading.Thread:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        thread = threading.Thread(target=loop.run_forever, name="worker-async", daemon=True)
+        thread.start()
+        return thread
+
+    def _shutdown(
+        self,
+        slots: _Slots,
+        pool: ThreadPoolExecutor,
+        loop_thread: threading.Thread | None,
+        helpers: list[threading.Thread],
+    ) -> None:
+        deadline = time.monotonic() + self.grace
+        while self._running and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with self._lock:
+            leftovers = [r for r in self._running.values() if not r.abandoned]
+            for item in leftovers:
+                item.abandoned = True
+        for item in leftovers:
+            try:
+                item.job.release()
+                self.counters["released"] += 1
+            except alkstore.AlkstoreError:
+                pass
+        with self._lock:
+            self._running.clear()
+            self._acks_ready.notify_all()
+        for thread in helpers:
+            thread.join()
+        pool.shutdown(wait=False, cancel_futures=True)
+        if loop_thread is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            loop_thread.join()
+            self._loop.close()
+        log.info("worker stopped: %s", dict(self.counters))
+
+
+def _classify(exc: BaseException) -> Outcome:
+    if isinstance(exc, _handlers.Retry):
+        return ("retry", exc.delay, exc.reason)
+    if isinstance(exc, _handlers.Fail):
+        return ("fail", None, exc.reason)
+    if isinstance(exc, alkstore.EventError):
+        return ("poison", None, f"payload does not decode: {exc}")
+    return ("retry", None, f"{type(exc).__name__}: {exc}")
+
+
+def _attempt(n: int) -> tenacity.RetryCallState:
+    state = tenacity.RetryCallState(tenacity.Retrying(), None, (), {})
+    state.attempt_number = n
+    return state
