@@ -32,6 +32,7 @@ _PACKAGE = "alkstore.postgres"
 SEQUENCE_BATCH = 5_000
 LISTEN_POLL = 0.25  # seconds: how often the listener thread checks for close()
 WATCH_POLL = 0.001  # seconds between checks of caller-owned connections' transactions
+NOTIFY_GAP = 0.002  # at most one NOTIFY per this many seconds (a lone commit: at once)
 REARM = 0.02  # re-announce a caller-owned connection still in a transaction this often
 WATCH_MAX = 30.0  # stop watching a caller-owned transaction after this (re-poll covers it)
 
@@ -341,10 +342,15 @@ class Notifier:
 
     def _run(self) -> None:
         conn: psycopg.Connection[Any] | None = None
+        last = 0.0
         while True:
             self._signal.wait(WATCH_POLL if self._watched else None)
+            gap = last + NOTIFY_GAP - time.monotonic()
+            if gap > 0:  # under load: one NOTIFY per gap covers every commit in it
+                self._closed.wait(gap)
             self._signal.clear()
             if self._due():  # announced even when closing: the commit happened
+                last = time.monotonic()
                 try:
                     if conn is None or conn.closed:
                         conn = psycopg.connect(self._url, autocommit=True)
