@@ -66,7 +66,9 @@ class Relay:
                 log.info("relay released the lease")
 
     def step(self) -> bool:
-        """One batch; True if there may be more to do right away."""
+        """One batch (taking the lease first if free); True if there may be more to do."""
+        if not self.is_leader and not self._campaign():
+            return False
         try:
             jobs, covered = self.store.relay_batch(self.lease, self.batch)
         except alkstore.NotLeader:

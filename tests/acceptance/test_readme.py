@@ -46,6 +46,6 @@ def test_quickstart_example_runs_on_the_embedded_default(tmp_path: Path) -> None
     second = subprocess.run(
         [sys.executable, script], cwd=tmp_path, env=env, capture_output=True, text=True, check=True
     )
-    assert first.stdout.startswith("position 1: order.placed key=order-1")
-    assert second.stdout.startswith("position 2: order.placed key=order-2")
+    assert first.stdout.startswith("emails: order 1 confirmed (999 cents), event position 1")
+    assert second.stdout.startswith("emails: order 2 confirmed (999 cents), event position 2")
     assert (tmp_path / "alkstore.db").exists()
