@@ -16,9 +16,11 @@ On each engine, in one run:
 3. log read: tail a log of 100,000 pre-appended events with `store.log.read(after,
    limit=1000)`, decoding every `.payload` vs not decoding.
 
-Variants are measured alternately (AB, BA, AB, ...) for `--reps` repetitions of
-`--seconds` each; the table shows median throughputs and the median of the per-rep
-ratios. Targets are shown as PASS/FAIL; the script always exits 0.
+In each of `--reps` repetitions, variants A and B each run for `--seconds`, in
+alternating slices of about 0.25 s (A B B A A B ...), so that bursts of outside load
+hit both alike; log reads alternate whole passes. The table shows median throughputs
+and the median (and range) of the per-repetition ratios A/B. Targets are shown as
+PASS/FAIL; the script always exits 0.
 
 SQLite runs on a file in a temp directory; PostgreSQL on a throwaway database
 `alkstore_bench_<random>` created through $ALKSTORE_BENCH_PG (default
@@ -32,6 +34,7 @@ import itertools
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -55,16 +58,19 @@ from bench._common import (
     OrderPlaced,
     Runner,
     alternate,
+    interleave,
     make_backend,
     order_event,
     render_table,
 )
 
+REPO = Path(__file__).resolve().parents[1]
 ENGINES = ("sqlite", "postgres")
 PG_BUSINESS_TARGET = 0.85  # with/without append, store.transaction(), PostgreSQL
 LAYER_TARGET = 0.9  # tx.append vs raw INSERT of the same row, both engines
 READ_BATCH = 1_000
 FILL_BATCH = 1_000
+SLICE_SECONDS = 0.25
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,11 @@ class Settings:
     warmup: float
     log_events: int
     threads: tuple[int, ...] = (1, 8)
+
+    @property
+    def slices(self) -> int:
+        """Alternating slices per repetition: about 0.25 s each, at least 2."""
+        return max(2, round(self.seconds / SLICE_SECONDS))
 
 
 @dataclass(frozen=True)
@@ -107,14 +118,19 @@ class EngineBench:
     def compare(
         self, name: str, conns: int, a: Variant, b: Variant, target: float | None
     ) -> Comparison:
-        seconds = self.settings.seconds
+        settings = self.settings
         for variant in (a, b):
-            self.runner.throughput(variant.make_op, conns, self.settings.warmup)
-        samples_a, samples_b = alternate(
-            lambda: self.runner.throughput(a.make_op, conns, seconds),
-            lambda: self.runner.throughput(b.make_op, conns, seconds),
-            self.settings.reps,
-        )
+            self.runner.run(variant.make_op, conns, settings.warmup)
+        reps = [
+            interleave(
+                lambda seconds: self.runner.run(a.make_op, conns, seconds),
+                lambda seconds: self.runner.run(b.make_op, conns, seconds),
+                settings.seconds,
+                settings.slices,
+            )
+            for _ in range(settings.reps)
+        ]
+        samples_a, samples_b = [x for x, _ in reps], [y for _, y in reps]
         result = Comparison(
             self.backend.name, name, conns, "tx/s", a.label, b.label, samples_a, samples_b, target
         )
@@ -290,10 +306,10 @@ def log_read(backend: Backend, settings: Settings) -> Comparison:
 
 
 def progress(result: Comparison) -> None:
-    a, b = result.to_json()["a"]["median"], result.to_json()["b"]["median"]
     print(
-        f"  [{result.engine}] {result.name} x{result.conns}: {result.a_label} {a:,.0f}, "
-        f"{result.b_label} {b:,.0f} {result.unit}, ratio {result.ratio:.2f}",
+        f"  [{result.engine}] {result.name} x{result.conns}: "
+        f"{result.a_label} {result.a_median:,.0f}, {result.b_label} {result.b_median:,.0f} "
+        f"{result.unit}, ratio {result.ratio:.2f}",
         file=sys.stderr,
         flush=True,
     )
@@ -349,9 +365,23 @@ def settings_from(args: argparse.Namespace) -> Settings:
     )
 
 
+def load_average() -> str:
+    """The 1-minute load average (other work on the machine makes the numbers noisy)."""
+    return f"{os.getloadavg()[0]:.2f}"
+
+
+def git_commit() -> str:
+    """The library version measured (the repository's HEAD)."""
+    command = ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    return done.stdout.strip() or "unknown"
+
+
 def write_json(path: Path, settings: Settings, results: list[Comparison], elapsed: float) -> None:
     meta = {
-        "settings": asdict(settings),
+        "settings": {**asdict(settings), "slices": settings.slices},
+        "load_average_at_end": load_average(),
+        "commit": git_commit(),
         "started": datetime.now(UTC).isoformat(),
         "elapsed_seconds": elapsed,
         "python": sys.version,
@@ -366,15 +396,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     settings = settings_from(args)
     print(
-        f"alkstore append benchmark: engines={','.join(settings.engines)} reps={settings.reps} "
-        f"seconds={settings.seconds} log_events={settings.log_events:,} cpus={os.cpu_count()}",
+        f"alkstore append benchmark at {git_commit()}: engines={','.join(settings.engines)} "
+        f"reps={settings.reps} "
+        f"seconds={settings.seconds} log_events={settings.log_events:,} cpus={os.cpu_count()} "
+        f"load={load_average()}",
         flush=True,
     )
     start = time.perf_counter()
     results = [r for engine in settings.engines for r in run_engine(engine, settings)]
     elapsed = time.perf_counter() - start
     print(f"\n{render_table(results)}\n", flush=True)
-    print(f"total {elapsed:.0f} s; medians of {settings.reps} alternating reps", flush=True)
+    print(
+        f"total {elapsed:.0f} s; medians of {settings.reps} alternating reps; "
+        f"load average now {load_average()} on {os.cpu_count()} cpus",
+        flush=True,
+    )
     if args.json:
         write_json(args.json, settings, results, elapsed)
     return 0
