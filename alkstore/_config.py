@@ -18,11 +18,18 @@ NAME_RULE = "use 1-40 characters: lowercase letters, digits and _, starting with
 
 def check_name(kind: str, name: object) -> str:
     """Return `name` if it is a safe identifier, else raise InvalidName."""
+    if isinstance(name, str) and (kind, name) in _checked:  # hot paths repeat names
+        return name
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise _errors.InvalidName(kind, name, NAME_RULE)
     if kind == "namespace" and (name.startswith("pg_") or name == "public"):
         raise _errors.InvalidName(kind, name, "reserved by PostgreSQL")
+    if len(_checked) < 10_000:
+        _checked.add((kind, name))
     return name
+
+
+_checked: set[tuple[str, object]] = set()
 
 
 @dataclass(frozen=True)

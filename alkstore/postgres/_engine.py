@@ -32,7 +32,7 @@ _PACKAGE = "alkstore.postgres"
 SEQUENCE_BATCH = 5_000
 LISTEN_POLL = 0.25  # seconds: how often the listener thread checks for close()
 WATCH_POLL = 0.001  # seconds between checks of caller-owned connections' transactions
-NOTIFY_GAP = 0.002  # at most one NOTIFY per this many seconds (a lone commit: at once)
+NOTIFY_GAP = 0.005  # at most one NOTIFY per this many seconds (a lone commit: at once)
 REARM = 0.02  # re-announce a caller-owned connection still in a transaction this often
 WATCH_MAX = 30.0  # stop watching a caller-owned transaction after this (re-poll covers it)
 
@@ -282,8 +282,9 @@ class Notifier:
         self._closed = closed
         self._signal = threading.Event()
         self._commit_pending = False
-        # caller-owned connections with appends in flight: [weakref, first seen, last notified]
-        self._watched: list[list[Any]] = []
+        # caller-owned connections with appends in flight, by id():
+        # [weakref, first seen, last announced]
+        self._watched: dict[int, list[Any]] = {}
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="alkstore-pg-notify", daemon=True)
         self._thread.start()
@@ -302,7 +303,10 @@ class Notifier:
         """Notify once `conn`'s open transaction ends (it may commit the append)."""
         now = time.monotonic()
         with self._lock:
-            self._watched.append([weakref.ref(conn), now, now])
+            entry = self._watched.get(id(conn))
+            if entry is not None and entry[0]() is conn:
+                return  # already watched: one entry per connection
+            self._watched[id(conn)] = [weakref.ref(conn), now, now]
         self._signal.set()
 
     def stop(self) -> None:
@@ -321,8 +325,8 @@ class Notifier:
         now = time.monotonic()
         with self._lock:
             due, self._commit_pending = self._commit_pending, False
-            keep = []
-            for entry in self._watched:
+            keep = {}
+            for key, entry in self._watched.items():
                 ref, first, last = entry
                 conn = ref()
                 if conn is None or conn.closed:
@@ -336,7 +340,7 @@ class Notifier:
                     due = True
                     entry[2] = now
                 if now - first < WATCH_MAX:
-                    keep.append(entry)
+                    keep[key] = entry
             self._watched = keep
         return due
 
@@ -354,6 +358,8 @@ class Notifier:
                 try:
                     if conn is None or conn.closed:
                         conn = psycopg.connect(self._url, autocommit=True)
+                        # NOTIFY assigns an xid, so it commits: a hint needs no WAL flush
+                        conn.execute("SET synchronous_commit TO off")
                     conn.execute(self._query)
                 except psycopg.Error:
                     conn = None  # listeners' re-poll covers the gap; retry on the next commit

@@ -27,12 +27,21 @@ _PACKAGE = "alkstore.sqlite"
 BUSY_TIMEOUT_MS = 5_000
 SWEEP_LOCK_TTL_MS = 60_000  # a crashed sweeper's lock row expires after this
 
-_retry_busy = tenacity.retry(
+_busy_retrying = tenacity.Retrying(
     retry=tenacity.retry_if_exception_type(apsw.BusyError),
     wait=tenacity.wait_random_exponential(multiplier=0.002, max=0.1),
     stop=tenacity.stop_after_delay(30),
     reraise=True,
 )
+
+
+def _execute_busy(conn: apsw.Connection, statement: str) -> None:
+    """Run BEGIN/COMMIT; past the busy timeout, retry with jitter so "database is locked"
+    never reaches user code. The fast path builds no retry machinery."""
+    try:
+        conn.execute(statement)
+    except apsw.BusyError:
+        _busy_retrying(conn.execute, statement)
 
 
 def _datetime(ms: int) -> datetime:
@@ -116,7 +125,7 @@ class SqliteEngine:
         with self._connection() as conn:
             if conn.in_transaction:
                 raise _errors.AlkstoreError("a store transaction is already open on this thread")
-            _retry_busy(conn.execute)("BEGIN IMMEDIATE")
+            _execute_busy(conn, "BEGIN IMMEDIATE")
             try:
                 yield conn
             except BaseException:
@@ -124,7 +133,7 @@ class SqliteEngine:
                     conn.execute("ROLLBACK")
                 raise
             try:
-                _retry_busy(conn.execute)("COMMIT")
+                _execute_busy(conn, "COMMIT")
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
