@@ -25,6 +25,7 @@ from alkstore._events import Event
 from alkstore._jobs import Attempt, DeadLetter, Job, QueueStats, SweepResult
 from alkstore._queue import Queue, QueueConfig
 from alkstore._routing import Holdup, Lag, Lease, NotLeader, Status, Subscription
+from alkstore._schedules import Schedule, Schedules
 from alkstore._store import Log, Store, Transaction, connect
 from alkstore._wake import Listener
 
@@ -62,6 +63,8 @@ __all__ = [
     "QueueConfig",
     "QueueError",
     "QueueStats",
+    "Schedule",
+    "Schedules",
     "Status",
     "StorageError",
     "Store",

@@ -8,7 +8,17 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, overload
 
-from alkstore import _config, _engine, _errors, _events, _jobs, _queue, _routing, _wake
+from alkstore import (
+    _config,
+    _engine,
+    _errors,
+    _events,
+    _jobs,
+    _queue,
+    _routing,
+    _schedules,
+    _wake,
+)
 
 
 class Transaction:
@@ -122,6 +132,8 @@ class Store:
         self._engine = engine
         self._runtime = _queue.Runtime(engine, clock, random.Random(), max_payload_bytes)
         self.log = Log(engine)
+        self.schedules = _schedules.Schedules(self._runtime)
+        """Cron and interval schedules that append events (see docs/adr/0009)."""
 
     @property
     def random(self) -> random.Random:
@@ -169,6 +181,15 @@ class Store:
     ) -> tuple[int, int]:
         """One relay step: (jobs created, events covered). See `relay.Relay` for the loop."""
         return _routing.relay_batch(self._runtime, lease, batch)
+
+    def fire_schedules(self, lease: _routing.Lease | None = None) -> int:
+        """Fire every due schedule boundary once (the scheduler runner's tick)."""
+        return _schedules.tick(self._runtime, lease)
+
+    def next_schedule_due(self) -> float | None:
+        """Seconds (store clock) until the next schedule boundary; None if none is active."""
+        due = _schedules.next_due(self._runtime)
+        return None if due is None else (due - self._runtime.now_ms()) / 1000
 
     def prune_log(self, older_than: float) -> int:
         """Delete events older than `older_than` seconds that every subscription passed."""

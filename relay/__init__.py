@@ -1,7 +1,8 @@
-"""Processes built on alkstore's public API: the relay loop, the worker runtime and the CLI."""
+"""Processes built on alkstore's public API: relay, scheduler, worker runtime and the CLI."""
 
 from relay._handlers import Fail, Retry
 from relay._relay import Relay
+from relay._scheduler import Scheduler
 from relay._worker import Worker
 
-__all__ = ["Fail", "Relay", "Retry", "Worker"]
+__all__ = ["Fail", "Relay", "Retry", "Scheduler", "Worker"]

@@ -28,6 +28,7 @@ class Relay:
         poll: float = 1.0,
         retention: float | None = None,
         maintenance_every: float = 5.0,
+        schedules: bool = True,
     ) -> None:
         self.store = store
         self.batch = batch
@@ -40,6 +41,7 @@ class Relay:
         self.created_jobs = 0
         self._stop = threading.Event()
         self._next_maintenance = 0.0
+        self.schedules = schedules
 
     @property
     def is_leader(self) -> bool:
@@ -57,9 +59,10 @@ class Relay:
                     self._stop.wait(self.lease_ttl / 3)
                     continue
                 busy = self.step()
+                wait = self._fire_schedules()
                 self._maintain()
                 if not busy:
-                    listener.wait(self.poll)
+                    listener.wait(wait)
         finally:
             if self.is_leader:
                 self.lease.release()
@@ -79,6 +82,19 @@ class Relay:
         if covered:
             log.debug("relayed %d events into %d jobs", covered, jobs)
         return covered >= self.batch
+
+    def _fire_schedules(self) -> float:
+        """The embedded scheduler, fenced by the relay's lease; returns the wait until the
+        next boundary (at most `poll`)."""
+        if not self.schedules or not self.is_leader:
+            return self.poll
+        try:
+            self.store.fire_schedules(self.lease)
+        except alkstore.AlkstoreError as exc:
+            log.warning("scheduler tick failed: %s", exc)
+            return self.poll
+        wait = self.store.next_schedule_due()
+        return self.poll if wait is None else max(0.0, min(self.poll, wait))
 
     def _campaign(self) -> bool:
         if self.lease.acquire():

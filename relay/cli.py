@@ -11,8 +11,11 @@ import sys
 from collections.abc import Callable, Sequence
 from types import FrameType
 
+import msgspec
+
 import alkstore
 from relay._relay import Relay
+from relay._scheduler import Scheduler
 from relay._worker import Worker
 
 
@@ -41,6 +44,19 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--retention", type=float, help="prune relayed events older than S seconds")
     run.add_argument("-v", "--verbose", action="store_true")
     commands.add_parser("status", parents=[common], help="log head, relay lag, queues")
+    sched = commands.add_parser("scheduler", parents=[common], help="fire schedules (standalone)")
+    sched.add_argument("--lease-ttl", type=float, default=3.0, help="failover bound, seconds")
+    sched.add_argument("-v", "--verbose", action="store_true")
+    schedules = commands.add_parser("schedules", parents=[common], help="manage schedules")
+    schedules.add_argument("action", choices=["list", "add", "pause", "resume", "remove"])
+    schedules.add_argument("name", nargs="?", help="the schedule (all but list)")
+    schedules.add_argument("--cron", help='add: a cron expression, e.g. "0 3 * * *"')
+    schedules.add_argument("--every", help='add: an interval, e.g. "30s", "5m"')
+    schedules.add_argument("--event", help="add: the event class, module:Class")
+    schedules.add_argument("--data", default="{}", help="add: the event's fields as JSON")
+    schedules.add_argument("--tz", default="UTC", help="add: time zone of the cron expression")
+    schedules.add_argument("--catch-up", default="latest", choices=["latest", "all", "none"])
+    schedules.add_argument("--key", help="add: the events' key")
     work = commands.add_parser("worker", parents=[common], help="run handlers: MODULE:WORKER")
     work.add_argument("target", help="where the relay.Worker is, e.g. myapp.jobs:worker")
     work.add_argument("--queues", help="comma-separated subset of the handlers' queues")
@@ -88,6 +104,65 @@ def _dispatch(store: alkstore.Store, args: argparse.Namespace) -> int:
         _relay(store, args)
     elif args.command == "status":
         _status(store)
+    elif args.command == "scheduler":
+        _logging(args.verbose)
+        scheduler = Scheduler(store, lease_ttl=args.lease_ttl)
+        _on_signals(scheduler.stop)
+        scheduler.run()
+    elif args.command == "schedules":
+        return _schedules(store, args)
+    return 0
+
+
+def _schedules(store: alkstore.Store, args: argparse.Namespace) -> int:
+    action, name = args.action, args.name
+    if action != "list" and not name:
+        print(f"alkstore: schedules {action} needs a NAME", file=sys.stderr)
+        return 2
+    if action == "add":
+        if not args.event:
+            print("alkstore: schedules add needs --event module:Class", file=sys.stderr)
+            return 2
+        module_name, _, class_name = args.event.partition(":")
+        sys.path.insert(0, os.getcwd())
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name)
+            event = msgspec.json.decode(args.data, type=cls)
+        except (ImportError, AttributeError, msgspec.DecodeError) as exc:
+            print(f"alkstore: cannot build the event {args.event!r}: {exc}", file=sys.stderr)
+            return 2
+        store.schedules.add(
+            name,
+            event=event,
+            cron=args.cron,
+            every=args.every,
+            tz=args.tz,
+            catch_up=args.catch_up,
+            key=args.key,
+        )
+        print(f"added {name}")
+    elif action == "pause":
+        store.schedules.pause(name)
+        print(f"paused {name}")
+    elif action == "resume":
+        store.schedules.resume(name)
+        print(f"resumed {name}")
+    elif action == "remove":
+        store.schedules.remove(name)
+        print(f"removed {name}")
+    for schedule in store.schedules.list() if action in ("list", "add", "resume") else []:
+        if action != "list" and schedule.name != name:
+            continue
+        spec = schedule.cron or f"every {(schedule.every_ms or 0) / 1000:g}s"
+        state = (
+            "paused"
+            if schedule.paused
+            else "next "
+            + ", ".join(
+                t.isoformat() for t in store.schedules.get(schedule.name, upcoming=3).next_fires
+            )
+        )
+        print(f"{schedule.name}\t{spec}\t{schedule.tz}\t{schedule.event_type}\t{state}")
     return 0
 
 

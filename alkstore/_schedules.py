@@ -1,0 +1,362 @@
+"""First-class schedules: cron or fixed intervals that append an event at each boundary.
+
+Boundary maths is pure (time passed in, epoch milliseconds); croniter does cron,
+zoneinfo does time zones. A firing is an append to the log, in one transaction
+with a unique (schedule, boundary) row and the schedule's compare-and-set
+advance, so each boundary fires once whatever number of runners tick. See
+docs/adr/0009-scheduler.md.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import re
+from datetime import UTC, datetime
+from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import msgspec
+from croniter import croniter
+
+from alkstore import _config, _engine, _errors, _events, _jobs, _queue
+
+log = logging.getLogger("alkstore.scheduler")
+
+CatchUp = Literal["latest", "all", "none"]
+MAX_CATCH_UP = 100  # catch_up="all" fires at most this many missed boundaries per tick
+ON_TIME_MS = 60_000  # catch_up="none": a boundary this recent (or half a period) still fires
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+class Schedule(msgspec.Struct, frozen=True, kw_only=True):
+    """A schedule as stored; `next_fires` is filled in by `get()`."""
+
+    name: str
+    cron: str | None
+    every_ms: int | None
+    tz: str
+    catch_up: CatchUp
+    start_at: int
+    event_type: str
+    payload: str
+    key: str | None
+    paused: bool
+    next_fire_at: int
+    last_fired: int | None
+    next_fires: list[datetime] = []
+
+    @property
+    def next_fire_time(self) -> datetime:
+        return _jobs.from_ms(self.next_fire_at)
+
+
+def parse_every(every: str | float) -> int:
+    """ "30s", "5m", "1h30m", "250ms", "1d", or seconds as a number -> milliseconds (> 0)."""
+    if isinstance(every, int | float) and not isinstance(every, bool):
+        ms = int(_queue.seconds("every", every, positive=True) * 1000)
+    elif (
+        isinstance(every, str)
+        and (parts := _DURATION.findall(every))
+        and ("".join(n + u for n, u in parts) == every.replace(" ", ""))
+    ):
+        ms = int(sum(float(n) * _UNIT_MS[u] for n, u in parts))
+    else:
+        raise _errors.InvalidArgument(f'every must look like "30s", "5m", "1h", got {every!r}')
+    if ms <= 0:
+        raise _errors.InvalidArgument(f"every must be a positive interval, got {every!r}")
+    return ms
+
+
+def check_tz(tz: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError, TypeError) as exc:
+        raise _errors.InvalidArgument(f"unknown time zone {tz!r}") from exc
+
+
+def check_cron(cron: str) -> str:
+    if not isinstance(cron, str) or not croniter.is_valid(cron):
+        raise _errors.InvalidArgument(f"invalid cron expression {cron!r}")
+    return cron
+
+
+def next_after(cron: str | None, every_ms: int | None, tz: str, start_at: int, after: int) -> int:
+    """The first boundary strictly after `after` (epoch ms).
+
+    cron: wall-clock times in `tz`. A time inside a skipped (spring-forward) hour fires
+    at the end of the gap; a wall-clock time repeated by a fall-back fires once.
+    every: start_at + k * every, in absolute time.
+    """
+    if every_ms is not None:
+        if after < start_at:
+            return start_at
+        return start_at + ((after - start_at) // every_ms + 1) * every_ms
+    assert cron is not None
+    zone = ZoneInfo(tz)
+    base = datetime.fromtimestamp(after / 1000, UTC).astimezone(zone)
+    it = croniter(cron, base)
+    wall = base.replace(tzinfo=None)
+    while True:
+        candidate: datetime = it.get_next(datetime)
+        if candidate.replace(tzinfo=None) > wall:  # a repeated wall-clock time fires once
+            return int(candidate.timestamp() * 1000)
+
+
+def latest_at_or_before(
+    cron: str | None, every_ms: int | None, tz: str, start_at: int, now: int
+) -> int | None:
+    """The last boundary <= now (None before the first one)."""
+    if every_ms is not None:
+        if now < start_at:
+            return None
+        return start_at + ((now - start_at) // every_ms) * every_ms
+    assert cron is not None
+    it = croniter(cron, datetime.fromtimestamp((now + 1) / 1000, UTC).astimezone(ZoneInfo(tz)))
+    value = int(it.get_prev(datetime).timestamp() * 1000)
+    return value if value >= start_at else None
+
+
+def plan(schedule: Schedule, now: int) -> tuple[list[int], int, int]:
+    """(boundaries to fire, the next boundary after now, missed boundaries skipped; -1 means
+    more than MAX_CATCH_UP were missed and only the most recent ones fire)."""
+    spec = (schedule.cron, schedule.every_ms, schedule.tz, schedule.start_at)
+    first = schedule.next_fire_at
+    upcoming = next_after(*spec, now)
+    latest = latest_at_or_before(*spec, now)
+    if latest is None or latest < first:
+        return [], upcoming, 0
+    if schedule.catch_up == "all":  # newest first, back to the first missed, bounded
+        due: list[int] = []
+        b: int | None = latest
+        while b is not None and b >= first and len(due) < MAX_CATCH_UP:
+            due.append(b)
+            b = latest_at_or_before(*spec, b - 1)
+        more = b is not None and b >= first
+        return due[::-1], upcoming, -1 if more else 0
+    if schedule.catch_up == "latest":
+        return [latest], upcoming, 0 if latest == first else 1
+    on_time = min(ON_TIME_MS, max(1, (upcoming - latest) // 2))  # catch_up == "none"
+    if now - latest <= on_time:
+        return [latest], upcoming, 0 if latest == first else 1
+    return [], upcoming, 1
+
+
+_ROW = (
+    "name cron every_ms tz catch_up start_at event_type payload key paused next_fire_at last_fired"
+).split()
+
+
+def _schedule(row: tuple[Any, ...]) -> Schedule:
+    values = dict(zip(_ROW, row, strict=True))
+    values["paused"] = bool(values["paused"])
+    return Schedule(**values)
+
+
+class Schedules:
+    """`store.schedules`: add, update, pause, resume, remove, get, list."""
+
+    def __init__(self, runtime: _queue.Runtime) -> None:
+        self._rt = runtime
+        self._engine: _engine.Engine = runtime.engine
+
+    def _params(
+        self,
+        name: str,
+        cron: str | None,
+        every: str | float | None,
+        event: _events.Event,
+        key: str | None,
+        tz: str,
+        catch_up: CatchUp,
+        start_at: datetime | float | None,
+    ) -> dict[str, Any]:
+        _config.check_name("schedule", name)
+        if (cron is None) == (every is None):
+            raise _errors.InvalidArgument("give exactly one of cron= or every=")
+        every_ms = None if every is None else parse_every(every)
+        if cron is not None:
+            check_cron(cron)
+        check_tz(tz)
+        if catch_up not in ("latest", "all", "none"):
+            raise _errors.InvalidArgument(
+                f'catch_up must be "latest", "all" or "none": {catch_up!r}'
+            )
+        now = self._rt.now_ms()
+        if start_at is None:
+            start = now
+        elif isinstance(start_at, datetime):
+            if start_at.tzinfo is None:
+                raise _errors.InvalidArgument("start_at must be timezone-aware")
+            start = int(start_at.timestamp() * 1000)
+        else:
+            start = int(_queue.seconds("start_at", start_at) * 1000)  # epoch seconds
+        event_type, payload = _events.codec.encode(event)
+        return {
+            "name": name,
+            "cron": cron,
+            "every_ms": every_ms,
+            "tz": tz,
+            "catch_up": catch_up,
+            "start_at": start,
+            "event_type": event_type,
+            "payload": payload.decode(),
+            "key": _engine.check_key(key),
+            "next_fire_at": next_after(cron, every_ms, tz, start, max(now, start) - 1),
+            "now": now,
+        }
+
+    def add(
+        self,
+        name: str,
+        *,
+        event: _events.Event,
+        cron: str | None = None,
+        every: str | float | None = None,
+        key: str | None = None,
+        tz: str = "UTC",
+        catch_up: CatchUp = "latest",
+        start_at: datetime | float | None = None,
+    ) -> Schedule:
+        """Add a schedule; its first boundary is the first at or after now (or start_at)."""
+        params = self._params(name, cron, every, event, key, tz, catch_up, start_at)
+        if not self._engine.run("schedule_insert", params):
+            raise _errors.InvalidArgument(f"a schedule named {name!r} already exists")
+        return self.get(name)
+
+    def update(self, name: str, **changes: Any) -> Schedule:
+        """Change fields (cron/every, event, key, tz, catch_up, start_at); the next boundary
+        is recomputed from now."""
+        current = self.get(name)
+        fields: dict[str, Any] = {
+            "cron": current.cron,
+            "every": None if current.every_ms is None else current.every_ms / 1000,
+            "event": _events.codec.decode(current.event_type, current.payload),
+            "key": current.key,
+            "tz": current.tz,
+            "catch_up": current.catch_up,
+            "start_at": current.start_at / 1000,
+        }
+        unknown = set(changes) - set(fields)
+        if unknown:
+            raise _errors.InvalidArgument(f"cannot update {sorted(unknown)}")
+        if "cron" in changes and "every" not in changes:
+            fields["every"] = None
+        if "every" in changes and "cron" not in changes:
+            fields["cron"] = None
+        fields.update(changes)
+        params = self._params(name, **fields)
+        self._engine.run("schedule_update", params)
+        return self.get(name)
+
+    def pause(self, name: str) -> None:
+        """Stop firing; boundaries passed while paused are never fired."""
+        self._require(
+            self._engine.run("schedule_pause", {"name": name, "now": self._rt.now_ms()}), name
+        )
+
+    def resume(self, name: str) -> None:
+        """Fire again from the next boundary after now."""
+        s = self.get(name)
+        now = self._rt.now_ms()
+        upcoming = next_after(s.cron, s.every_ms, s.tz, s.start_at, now)
+        self._engine.run("schedule_resume", {"name": name, "next_fire_at": upcoming, "now": now})
+
+    def remove(self, name: str) -> None:
+        self._require(self._engine.run("schedule_remove", {"name": name}), name)
+
+    def get(self, name: str, *, upcoming: int = 5) -> Schedule:
+        """The schedule with its next `upcoming` fire times."""
+        s = self._require(self._engine.run("schedule_get", {"name": name}), name)
+        schedule = _schedule(s[0])
+        times, b = [], schedule.next_fire_at
+        for _ in range(upcoming):
+            times.append(_jobs.from_ms(b))
+            b = next_after(schedule.cron, schedule.every_ms, schedule.tz, schedule.start_at, b)
+        return msgspec.structs.replace(schedule, next_fires=times)
+
+    def list(self) -> builtins.list[Schedule]:
+        return [_schedule(row) for row in self._engine.run("schedule_list", {})]
+
+    @staticmethod
+    def _require(rows: builtins.list[tuple[Any, ...]], name: str) -> builtins.list[tuple[Any, ...]]:
+        if not rows:
+            raise _errors.InvalidArgument(f"no schedule named {name!r}")
+        return rows
+
+
+def tick(rt: _queue.Runtime, lease: Any = None, limit: int = 100) -> int:
+    """Fire every due boundary of every schedule (one transaction per schedule).
+
+    Returns the number of events appended. Safe from any number of runners: the
+    advance is a compare-and-set on next_fire_at and each (schedule, boundary) is a
+    unique row, both in the transaction that appends the events; with a lease, its
+    fencing token is checked there too.
+    """
+    engine = rt.engine
+    now = rt.now_ms()
+    fired = 0
+    for schedule in (
+        _schedule(r) for r in engine.run("schedule_due", {"now": now, "limit": limit})
+    ):
+        due, upcoming, skipped = plan(schedule, now)
+        if skipped:
+            what = f"more than {MAX_CATCH_UP}" if skipped < 0 else str(skipped)
+            log.warning(
+                "schedule %s: skipped %s missed boundaries (catch_up=%s)",
+                schedule.name,
+                what,
+                schedule.catch_up,
+            )
+        with engine.transaction() as conn:
+            if lease is not None and not lease.renew(conn):
+                raise _errors.AlkstoreError("scheduler lease lost; stopping this tick")
+            advanced = engine.run_in(
+                conn,
+                "schedule_advance",
+                {
+                    "name": schedule.name,
+                    "expected": schedule.next_fire_at,
+                    "next_fire_at": upcoming,
+                    "last_fired": due[-1] if due else None,
+                },
+            )
+            if not advanced:
+                continue  # another runner fired it, or it was changed meanwhile
+            rows = []
+            for boundary in due:
+                if engine.run_in(
+                    conn,
+                    "schedule_fired",
+                    {"name": schedule.name, "boundary": boundary, "now": now},
+                ):
+                    headers = {
+                        "alkstore-schedule": schedule.name,
+                        "alkstore-boundary": _jobs.from_ms(boundary).isoformat(),
+                    }
+                    rows.append(
+                        _engine.EventRow(
+                            schedule.event_type,
+                            schedule.key,
+                            _events.codec.encode_headers(headers),
+                            schedule.payload.encode(),
+                        )
+                    )
+            if rows:
+                engine.insert_events(conn, rows)
+        if rows:
+            engine.committed()
+            fired += len(rows)
+    return fired
+
+
+def next_due(rt: _queue.Runtime) -> int | None:
+    """Epoch ms of the earliest boundary of any active schedule."""
+    value = rt.engine.run("schedule_next", {})[0][0]
+    return None if value is None else int(value)
+
+
+def prune_firings(rt: _queue.Runtime, older_than: float = 7 * 86_400) -> None:
+    before = rt.now_ms() - int(older_than * 1000)
+    rt.engine.run("schedule_prune_firings", {"before": before})

@@ -1,0 +1,57 @@
+"""The scheduler runner: fire due schedule boundaries, exactly once across runners.
+
+It runs inside `alkstore relay` (fenced by the relay's lease) and on its own as
+`alkstore scheduler` (its own "scheduler" lease). Any number may run: a firing is
+a compare-and-set plus a unique (schedule, boundary) row in the appending
+transaction (docs/adr/0009-scheduler.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import alkstore
+
+log = logging.getLogger("alkstore.scheduler")
+
+
+class Scheduler:
+    def __init__(self, store: alkstore.Store, *, lease_ttl: float = 3.0, poll: float = 1.0) -> None:
+        self.store = store
+        self.lease = store.lease("scheduler", ttl=lease_ttl)
+        self.lease_ttl = lease_ttl
+        self.poll = min(poll, lease_ttl / 3)
+        self.fired = 0
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def tick(self, lease: alkstore.Lease | None = None) -> float:
+        """Fire what is due; return how long to sleep before the next boundary (<= poll)."""
+        fired = self.store.fire_schedules(lease)
+        if fired:
+            self.fired += fired
+            log.debug("fired %d schedule boundaries", fired)
+        wait = self.store.next_schedule_due()
+        return self.poll if wait is None else max(0.0, min(self.poll, wait))
+
+    def run(self) -> None:
+        """Run until `stop()`, holding the scheduler lease (standbys wait)."""
+        try:
+            while not self._stop.is_set():
+                if self.lease.token is None:
+                    if not self.lease.acquire():
+                        self._stop.wait(self.lease_ttl / 3)
+                        continue
+                    log.info("scheduler is active (lease token %d)", self.lease.token)
+                try:
+                    wait = self.tick(self.lease)
+                except alkstore.AlkstoreError as exc:
+                    log.warning("scheduler tick failed: %s", exc)
+                    wait = self.poll
+                self._stop.wait(wait)
+        finally:
+            if self.lease.token is not None:
+                self.lease.release()
