@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -256,14 +257,15 @@ class Store:
 def connect(
     url: str | None = None,
     *,
-    namespace: str = _config.DEFAULT_NAMESPACE,
+    namespace: str | None = None,
     pool_size: int = 10,
     clock: Callable[[], float] = time.time,
     max_payload_bytes: int = _queue.DEFAULT_MAX_PAYLOAD,
 ) -> Store:
     """Open a store: `sqlite:///app.db`, `sqlite:///:memory:` or `postgresql://...`.
 
-    With no URL: `$ALKSTORE_DB`, else the embedded `sqlite:///alkstore.db`.
+    With no URL: `$ALKSTORE_DB`, else the embedded `sqlite:///alkstore.db`. With no
+    namespace: `$ALKSTORE_NAMESPACE`, else "alkstore".
     Bad URLs and namespaces raise before anything touches a database.
     `clock` (seconds since the epoch) drives queue times: leases, delays, backoff.
     """
@@ -276,6 +278,8 @@ def connect(
             f"max_payload_bytes must be a positive int, got {max_payload_bytes!r}"
         )
     target = _config.parse_url(url)
+    if namespace is None:
+        namespace = os.environ.get("ALKSTORE_NAMESPACE") or _config.DEFAULT_NAMESPACE
     _config.check_name("namespace", namespace)
     engine: _engine.Engine
     if target.engine == "sqlite":

@@ -51,8 +51,11 @@ def payload_type(fn: Callable[..., object]) -> Any:
         raise TypeError(f"handler {fn.__qualname__} must take the job as its first parameter")
     try:
         hints = typing.get_type_hints(fn)
-    except (NameError, TypeError):
-        return None
+    except (NameError, TypeError) as exc:
+        raise alkstore.InvalidArgument(
+            f"cannot resolve the annotations of handler {fn.__qualname__} ({exc}); define the "
+            "payload type at module level or drop the annotation"
+        ) from exc
     annotation = hints.get(params[0].name)
     if typing.get_origin(annotation) is alkstore.Job:
         (arg,) = typing.get_args(annotation)

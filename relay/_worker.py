@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -30,6 +30,34 @@ class Running:
     started: float
     renewed: float
     abandoned: bool = False  # released, timed out or lease lost: its result is ignored
+
+
+class _DaemonPool:
+    """Handler threads that never hold up interpreter exit (unlike ThreadPoolExecutor's):
+    a handler abandoned after the grace period must not keep a stopping process alive."""
+
+    def __init__(self, size: int) -> None:
+        self._tasks: queue.SimpleQueue[tuple[Callable[..., None], tuple[Any, ...]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._threads = [
+            threading.Thread(target=self._work, name=f"handler-{i}", daemon=True)
+            for i in range(size)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+        self._tasks.put((fn, args))
+
+    def shutdown(self) -> None:
+        for _ in self._threads:
+            self._tasks.put(None)
+
+    def _work(self) -> None:
+        while (task := self._tasks.get()) is not None:
+            fn, args = task
+            fn(*args)
 
 
 @dataclass
@@ -97,8 +125,10 @@ class Worker:
         self.counters: Counter[str] = Counter()
         self._running: dict[int, Running] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._acks: list[alkstore.Job[Any]] = []
+        self._stop = threading.Event()  # stop claiming
+        self._done = threading.Event()  # the helpers (acks, renewal) may end
+        self._slots: _Slots | None = None
+        self._acks: list[tuple[alkstore.Job[Any], float]] = []
         self._acks_ready = threading.Condition(self._lock)
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -118,6 +148,10 @@ class Worker:
     def stop(self) -> None:
         """Stop claiming; in-flight jobs get `grace` seconds, then their leases are released."""
         self._stop.set()
+        self.store.engine.wake.fire()  # wake idle dispatchers (a spurious wake for others)
+        if self._slots is not None:
+            with self._slots.cond:
+                self._slots.cond.notify_all()
 
     # -- running ---------------------------------------------------------------------
 
@@ -127,9 +161,13 @@ class Worker:
         missing = [q for q in names if q not in self.handlers]
         if missing or not names:
             raise alkstore.InvalidArgument(f"no handler registered for queues {missing or names}")
-        slots = _Slots(self.concurrency, {q: self.handlers[q].concurrency for q in names})
+        self._stop.clear()
+        self._done.clear()
+        slots = self._slots = _Slots(
+            self.concurrency, {q: self.handlers[q].concurrency for q in names}
+        )
         sync_threads = sum(h.concurrency for q, h in self.handlers.items() if q in names)
-        pool = ThreadPoolExecutor(max_workers=max(1, sync_threads), thread_name_prefix="handler")
+        pool = _DaemonPool(max(1, sync_threads))
         loop_thread = self._start_loop() if any(self.handlers[q].is_async for q in names) else None
         helpers = [
             threading.Thread(target=self._ack_loop, name="worker-acks", daemon=True),
@@ -153,7 +191,7 @@ class Worker:
             self._shutdown(slots, pool, loop_thread, helpers)
 
     def _dispatch(
-        self, handler: _handlers.Handler, slots: _Slots, pool: ThreadPoolExecutor, once: bool
+        self, handler: _handlers.Handler, slots: _Slots, pool: _DaemonPool, once: bool
     ) -> None:
         queue = self.store.queue(handler.queue)
         listener = self.store.listen()
@@ -189,7 +227,7 @@ class Worker:
         handler: _handlers.Handler,
         job: alkstore.Job[Any],
         slots: _Slots,
-        pool: ThreadPoolExecutor,
+        pool: _DaemonPool,
     ) -> None:
         now = time.monotonic()
         with self._lock:
@@ -215,14 +253,19 @@ class Worker:
         self, handler: _handlers.Handler, job: alkstore.Job[Any], slots: _Slots
     ) -> None:
         started = time.monotonic()
+        scope: asyncio.Timeout | None = None
         try:
             _handlers.decode_into(job, handler.payload_type)
             result = handler.fn(job)
             assert asyncio.iscoroutine(result)
-            await asyncio.wait_for(result, handler.timeout)
+            async with asyncio.timeout(handler.timeout) as scope:
+                await result
             outcome: Outcome = ("ack", None, "")
-        except TimeoutError:
-            outcome = ("retry", None, f"timed out after {handler.timeout}s")
+        except TimeoutError as exc:
+            if scope is not None and scope.expired():
+                outcome = ("timeout", None, f"timed out after {handler.timeout}s")
+            else:
+                outcome = _classify(exc)
         except Exception as exc:  # every failure becomes an outcome
             outcome = _classify(exc)
         await asyncio.to_thread(self._complete, job, outcome, started, slots)
@@ -232,35 +275,58 @@ class Worker:
     ) -> None:
         """Record a handler's outcome (acks are batched by the ack thread), then free its slot."""
         kind, delay, reason = outcome
+        seconds = time.monotonic() - started
         try:
             with self._lock:
                 running = self._running.pop(job.id, None)
                 if running is None or running.abandoned:
                     return  # released, timed out or lost: someone else owns the job now
                 if kind == "ack":
-                    self._acks.append(job)
+                    self._acks.append((job, seconds))
                     if len(self._acks) >= self.batch:
                         self._acks_ready.notify()
                     return
-            try:
-                if kind == "retry":
-                    job.retry(delay=delay, error=reason)
-                    log.warning("job %s#%d attempt %d: %s", job.queue, job.id, job.attempt, reason)
-                else:
-                    job.fail(reason)
-                    log.error("job %s#%d dead-lettered: %s", job.queue, job.id, reason)
-            except alkstore.LeaseLost:
-                kind = "lease_lost"
-            except alkstore.StorageError as exc:
-                kind = "error"
-                log.warning(
-                    "job %s#%d: could not record %s (%s)", job.queue, job.id, outcome[0], exc
-                )
+            kind = self._record(job, kind, delay, reason)
             self.counters[kind] += 1
-            if self.on_outcome is not None:
-                self.on_outcome(job, kind, time.monotonic() - started)
+            self._report(job, kind, seconds)
         finally:
             slots.give(job.queue)
+
+    def _record(self, job: alkstore.Job[Any], kind: str, delay: float | None, reason: str) -> str:
+        """Store a retry or a dead letter. Returns the outcome to count and report: the
+        handler's (retry, timeout, fail, poison) or what happened instead (lease_lost,
+        error). A job whose last attempt failed also counts as "dead"."""
+        try:
+            if kind in ("retry", "timeout") and job.attempt < job.max_attempts:
+                job.retry(delay=delay, error=reason)
+                log.warning("job %s#%d attempt %d: %s", job.queue, job.id, job.attempt, reason)
+                return kind
+            if kind in ("retry", "timeout"):
+                job.retry(error=reason)  # the last attempt: moves it to the dead letters
+                self.counters["dead"] += 1
+            else:
+                job.fail(reason)
+            log.error(
+                "job %s#%d dead-lettered after attempt %d: %s",
+                job.queue,
+                job.id,
+                job.attempt,
+                reason,
+            )
+            return kind
+        except alkstore.LeaseLost:
+            return "lease_lost"
+        except alkstore.StorageError as exc:
+            log.warning("job %s#%d: could not record %s (%s)", job.queue, job.id, kind, exc)
+            return "error"
+
+    def _report(self, job: alkstore.Job[Any], kind: str, seconds: float) -> None:
+        if self.on_outcome is None:
+            return
+        try:
+            self.on_outcome(job, kind, seconds)
+        except Exception:
+            log.exception("the on_outcome hook raised; carrying on")
 
     # -- helpers: acks, lease renewal, maintenance -------------------------------------
 
@@ -274,12 +340,13 @@ class Worker:
                 batch, self._acks = self._acks, []
             if batch:
                 self._flush(batch)
-            elif self._stop.is_set() and not self._running:
+            elif self._done.is_set():
                 return
 
-    def _flush(self, batch: list[alkstore.Job[Any]]) -> None:
+    def _flush(self, batch: list[tuple[alkstore.Job[Any], float]]) -> None:
         by_queue: dict[str, list[alkstore.Job[Any]]] = {}
-        for job in batch:
+        seconds = {job.id: took for job, took in batch}
+        for job, _ in batch:
             by_queue.setdefault(job.queue, []).append(job)
         for name, jobs in by_queue.items():
             try:
@@ -290,13 +357,12 @@ class Worker:
                 continue
             self.counters["ack"] += len(jobs) - len(lost)
             self.counters["lease_lost"] += len(lost)
-            if self.on_outcome is not None:
-                for job in jobs:
-                    self.on_outcome(job, "lease_lost" if job.id in lost else "ack", 0.0)
+            for job in jobs:
+                self._report(job, "lease_lost" if job.id in lost else "ack", seconds[job.id])
 
     def _renew_loop(self) -> None:
         next_maintenance = 0.0
-        while not self._stop.wait(0.1):
+        while not self._done.wait(0.1):  # renewal goes on through the grace period
             now = time.monotonic()
             with self._lock:
                 running = list(self._running.values())
@@ -320,8 +386,9 @@ class Worker:
                 and (now - item.started > handler.timeout)
             ):
                 item.abandoned = True  # the thread runs on; its result is ignored
-                job.retry(error=f"timed out after {handler.timeout}s")
-                self.counters["timeout"] += 1
+                kind = self._record(job, "timeout", None, f"timed out after {handler.timeout}s")
+                self.counters[kind] += 1
+                self._report(job, kind, now - item.started)
             elif self.renew and now - item.renewed >= job.lease_ms / 3000:
                 job.heartbeat()
                 item.renewed = now
@@ -341,7 +408,7 @@ class Worker:
     def _shutdown(
         self,
         slots: _Slots,
-        pool: ThreadPoolExecutor,
+        pool: _DaemonPool,
         loop_thread: threading.Thread | None,
         helpers: list[threading.Thread],
     ) -> None:
@@ -360,10 +427,11 @@ class Worker:
                 pass
         with self._lock:
             self._running.clear()
+            self._done.set()
             self._acks_ready.notify_all()
         for thread in helpers:
             thread.join()
-        pool.shutdown(wait=False, cancel_futures=True)
+        pool.shutdown()
         if loop_thread is not None and self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             loop_thread.join()

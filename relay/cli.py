@@ -205,6 +205,7 @@ def _worker(args: argparse.Namespace) -> int:
     module_name, _, attr = args.target.partition(":")
     if args.db:
         os.environ["ALKSTORE_DB"] = args.db  # for the module's alkstore.connect()
+    os.environ["ALKSTORE_NAMESPACE"] = args.namespace
     try:
         sys.path.insert(0, os.getcwd())
         worker = getattr(importlib.import_module(module_name), attr or "worker")

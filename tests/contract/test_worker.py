@@ -5,9 +5,7 @@ Each test builds a `relay.Worker` on the test's store and either drains with
 (their stop latency, see `test_stop_is_prompt_when_idle`) unless the test is about
 the poll. Timing assertions are one-sided and generous: the machine is shared.
 
-Tests marked xfail(strict=True) pin library bugs found while writing these tests;
-each reason says what is wrong. When a bug is fixed the test passes, the strict
-xfail turns that into a failure, and the marker should be removed.
+The last section holds regression tests for bugs found while writing this file.
 """
 
 from __future__ import annotations
@@ -242,7 +240,9 @@ def test_handler_exception_retries_with_type_and_text_in_the_history(
         (n, f"CardDeclined: card 42 declined on attempt {n}") for n in (1, 2, 3)
     ]
     assert letter.reason == "CardDeclined: card 42 declined on attempt 3"
-    assert worker.counters["retry"] == 3 and worker.counters["ack"] == 0
+    # every failing attempt counts as a retry; the last one also as "dead"
+    assert worker.counters["retry"] == 3 and worker.counters["dead"] == 1
+    assert worker.counters["ack"] == 0
     assert q.stats().dead == 1 and q.stats().ready == 0
 
 
@@ -529,19 +529,13 @@ def test_on_outcome_and_counters_report_every_outcome(store: alkstore.Store) -> 
         assert seconds >= 0.0
         if outcome in ("fail", "retry"):
             assert seconds >= 0.05, (job_id, outcome, seconds)  # the handler's run time
-    assert +worker.counters == Counter(claimed=7, ack=3, fail=1, retry=2, poison=1)
+    assert +worker.counters == Counter(claimed=7, ack=3, fail=1, retry=2, dead=1, poison=1)
     assert q.stats() == alkstore.QueueStats(0, 0, 0, 3, None)
 
 
-# -- bugs found while writing these tests (strict xfails) -----------------------------------
+# -- regressions: bugs found while writing these tests, now fixed --------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Worker._renew_loop exits as soon as stop() is called, so during the grace "
-    "period in-flight jobs are no longer heartbeated: a handler that outlives its lease "
-    "during `grace` is re-delivered while still running, and its ack is LeaseLost",
-)
 def test_leases_are_still_renewed_during_the_grace_period(
     store: alkstore.Store, backend: Backend
 ) -> None:
@@ -572,11 +566,6 @@ def test_leases_are_still_renewed_during_the_grace_period(
     assert worker.counters["ack"] == 1 and worker.counters["lease_lost"] == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: on_outcome gets seconds=0.0 for every acked job (Worker._flush passes a "
-    "literal 0.0), while retry/fail/poison get the handler's run time",
-)
 def test_on_outcome_reports_the_run_time_of_acked_jobs(store: alkstore.Store) -> None:
     seconds: list[float] = []
     worker = relay.Worker(store, poll=POLL, on_outcome=lambda job, kind, s: seconds.append(s))
@@ -590,12 +579,6 @@ def test_on_outcome_reports_the_run_time_of_acked_jobs(store: alkstore.Store) ->
     assert len(seconds) == 1 and seconds[0] >= 0.2, seconds
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: an exception from the on_outcome hook propagates out of Worker._flush and "
-    "kills the worker-acks thread: every later ack is silently lost (jobs stay leased and "
-    "are re-delivered), while the worker keeps claiming",
-)
 def test_a_raising_on_outcome_hook_does_not_stop_acks(
     store: alkstore.Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -631,12 +614,6 @@ def test_a_raising_on_outcome_hook_does_not_stop_acks(
     assert empty(q), f"jobs were handled but never acked: {q.stats()}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Worker._run_async catches TimeoutError for its own timeout, so an async "
-    "handler that raises TimeoutError itself (no timeout configured) is recorded as "
-    "'timed out after Nones' and its message is lost",
-)
 def test_an_async_handler_raising_timeout_error_is_recorded_as_itself(
     store: alkstore.Store,
 ) -> None:
@@ -654,12 +631,6 @@ def test_an_async_handler_raising_timeout_error_is_recorded_as_itself(
     assert letter.reason == "TimeoutError: the payment API did not answer"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: timeouts are reported inconsistently: a sync handler's timeout counts "
-    "counters['timeout'] and never reaches on_outcome; an async handler's counts "
-    "counters['retry'] and reaches on_outcome as 'retry', never 'timeout'",
-)
 def test_timeouts_are_counted_and_reported_alike_for_sync_and_async(
     store: alkstore.Store,
 ) -> None:
@@ -698,12 +669,6 @@ def test_timeouts_are_counted_and_reported_alike_for_sync_and_async(
     assert sorted(outcomes) == [("async_stuck", "timeout"), ("sync_stuck", "timeout")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: stop() does not wake an idle dispatcher: it sleeps out its poll "
-    "(listener.wait(poll) / slots.wait_free(poll) ignore the stop event), so with a long "
-    "poll a graceful stop of an idle worker takes up to `poll` seconds",
-)
 def test_stop_is_prompt_when_idle(store: alkstore.Store) -> None:
     worker = relay.Worker(store, poll=3.0)
 
@@ -720,13 +685,6 @@ def test_stop_is_prompt_when_idle(store: alkstore.Store) -> None:
     assert took < 1.0, f"stop() of an idle worker took {took:.2f} s"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: an annotation typing.get_type_hints cannot resolve (here a class defined "
-    "in a function, under `from __future__ import annotations`) makes "
-    "_handlers.payload_type return None silently: the handler gets the raw JSON value, "
-    "unvalidated, instead of a decoded payload or an error at registration",
-)
 def test_an_unresolvable_payload_annotation_is_not_silently_ignored(
     store: alkstore.Store,
 ) -> None:
@@ -749,12 +707,6 @@ def test_an_unresolvable_payload_annotation_is_not_silently_ignored(
     assert store.queue("local").stats().dead == 1, "poison: it does not decode into Local"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Worker.run() never clears its stop event, so once run() has returned "
-    "(after once=True or stop()) every later run() on the same Worker returns at once "
-    "without claiming anything, silently",
-)
 def test_a_worker_can_run_again(store: alkstore.Store) -> None:
     worker = relay.Worker(store, poll=POLL)
     handled: list[int] = []

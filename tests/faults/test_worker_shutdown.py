@@ -28,8 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-import pytest
-
 import alkstore
 from tests.conftest import Backend
 
@@ -273,14 +271,6 @@ def test_jobs_running_past_the_grace_are_released_without_counting_an_attempt(
     assert q.stats() == alkstore.QueueStats(0, 0, 0, 0, None)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: after the grace the worker releases the leases and logs 'worker stopped', "
-    "but the process cannot exit until the abandoned handler threads return: the "
-    "ThreadPoolExecutor's threads are joined at interpreter exit (pool.shutdown(wait=False) "
-    "does not stop them). The released jobs meanwhile run to the end in the exiting "
-    "process while they are already available to other workers",
-)
 def test_exit_after_the_grace_is_prompt(
     store: alkstore.Store, backend: Backend, tmp_path: Path
 ) -> None:
