@@ -86,11 +86,11 @@ def subscribe(
         checkpoint = rt.engine.head()
     elif start == "beginning":
         checkpoint = 0
-    elif isinstance(start, int) and not isinstance(start, bool) and start >= 0:
-        checkpoint = start
+    elif isinstance(start, int) and not isinstance(start, bool) and start >= 1:
+        checkpoint = start - 1  # deliver from `start` on, as replay does
     else:
         raise _errors.InvalidArgument(
-            f'start must be "now", "beginning" or a position, not {start!r}'
+            f'start must be "now", "beginning" or a position >= 1, not {start!r}'
         )
     if queue_options:
         _queue.Queue(rt, queue).configure(**queue_options)
@@ -185,8 +185,9 @@ def relay_batch(rt: _queue.Runtime, lease: Lease | None, batch: int = 5_000) -> 
 
     In one transaction: check the fencing token (raise NotLeader if lost), take
     the events after the lowest checkpoint (up to `batch`), insert one job per
-    matching subscription, advance every checkpoint. Returns (jobs created,
-    events covered). A crash at any point rolls the whole batch back.
+    matching subscription, advance the checkpoints of the subscriptions the batch
+    covered. Returns (jobs created, positions covered). A crash at any point rolls
+    the whole batch back.
     """
     engine = rt.engine
     engine.sequence()
@@ -194,11 +195,12 @@ def relay_batch(rt: _queue.Runtime, lease: Lease | None, batch: int = 5_000) -> 
     with engine.transaction() as conn:
         if lease is not None and not lease.renew(conn):
             raise NotLeader(f"lease {lease.name!r} was taken over; stopping")
-        low, high = engine.run_in(conn, "relay_bounds", {"batch": batch})[0]
+        low, high, queues = engine.run_in(conn, "relay_bounds", {"batch": batch})[0]
         if low is None or high <= low:
             return 0, 0
-        jobs = len(engine.run_in(conn, "relay_insert", {"high": high, "now": now}))
-        engine.run_in(conn, "relay_advance", {"high": high, "now": now})
+        params = {"high": high, "now": now, "queues": queues}
+        jobs = len(engine.run_in(conn, "relay_insert", params))
+        engine.run_in(conn, "relay_advance", params)
     if jobs:
         engine.committed()  # wake the workers
     return jobs, int(high - low)

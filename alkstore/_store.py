@@ -158,7 +158,8 @@ class Store:
         """Route events whose type matches a pattern (`order.*`) into `queue`.
 
         `start`: "now" (only new events), "beginning" (the whole retained log) or a
-        position. Re-subscribing updates the patterns and keeps the checkpoint.
+        position (delivered from that position on, like `replay`). Re-subscribing
+        updates the patterns and keeps the checkpoint.
         Queue options (max_attempts, backoff, visibility, dead_retention) are stored.
         """
         return _routing.subscribe(self._runtime, queue, events, start, **queue_options)

@@ -49,18 +49,28 @@ class Relay:
 
     def stop(self) -> None:
         self._stop.set()
+        self.store.engine.wake.fire()  # interrupt an idle wait
 
     def run(self) -> None:
         """Relay until `stop()` (or a signal handler calling it)."""
         listener = self.store.listen()
         try:
+            failures = 0
             while not self._stop.is_set():
-                if not self.is_leader and not self._campaign():
-                    self._stop.wait(self.lease_ttl / 3)
+                try:
+                    if not self.is_leader and not self._campaign():
+                        self._stop.wait(self.lease_ttl / 3)
+                        continue
+                    busy = self.step()
+                    wait = self._fire_schedules()
+                    self._maintain()
+                    failures = 0
+                except alkstore.StorageError as exc:  # e.g. the database restarted
+                    failures += 1
+                    delay = min(5.0, 0.1 * 2**failures)
+                    log.warning("relay: database error (%s); retrying in %.1fs", exc, delay)
+                    self._stop.wait(delay)
                     continue
-                busy = self.step()
-                wait = self._fire_schedules()
-                self._maintain()
                 if not busy:
                     listener.wait(wait)
         finally:

@@ -267,17 +267,6 @@ def test_patterns_are_case_sensitive(
     store: alkstore.Store, backend: Backend, request: pytest.FixtureRequest
 ) -> None:
     """Event types are case-sensitive strings: `order.created` is not `ORDER.CREATED`."""
-    if backend.name == "sqlite":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "SQLite's LIKE is case-insensitive for ASCII (PRAGMA case_sensitive_like "
-                    "is off), so relay_insert routes ORDER.CREATED to an `order.created` or "
-                    "`order.*` subscription; PostgreSQL's LIKE does not"
-                ),
-            )
-        )
     store.subscribe("exact", ["order.created"])
     store.subscribe("glob", ["order.*"])
     append(store, ShoutedOrderCreated(order_id=1), OrderCreated(order_id=2))
@@ -368,18 +357,18 @@ def test_start_beginning_gets_the_whole_retained_history(backend: Backend) -> No
         store.close()
 
 
-def test_an_integer_start_is_a_checkpoint(store: alkstore.Store) -> None:
-    """`start=n` means "already relayed up to n": the first job is for position n + 1.
-
-    (Unlike `replay(queue, n)`, whose first re-delivered position is n itself.)"""
+def test_an_integer_start_is_the_first_position_delivered(store: alkstore.Store) -> None:
+    """`start=n` delivers from position n on, as `replay(queue, n)` re-delivers from n."""
     append(store, *(OrderCreated(order_id=n) for n in range(1, 6)))
-    assert store.subscribe("from2", ["*"], start=2).checkpoint == 2
-    assert store.subscribe("from0", ["*"], start=0).checkpoint == 0
-    assert store.subscribe("from5", ["*"], start=5).checkpoint == 5
+    assert store.subscribe("from3", ["*"], start=3).checkpoint == 2
+    assert store.subscribe("from1", ["*"], start=1).checkpoint == 0
+    assert store.subscribe("from6", ["*"], start=6).checkpoint == 5
+    with pytest.raises(alkstore.InvalidArgument):
+        store.subscribe("from0", ["*"], start=0)
     relay_all(store)
-    assert positions_in(store, "from2") == [3, 4, 5]
-    assert positions_in(store, "from0") == [1, 2, 3, 4, 5]
-    assert positions_in(store, "from5") == []
+    assert positions_in(store, "from3") == [3, 4, 5]
+    assert positions_in(store, "from1") == [1, 2, 3, 4, 5]
+    assert positions_in(store, "from6") == []
     assert set(checkpoints(store).values()) == {5}
 
 
@@ -394,7 +383,7 @@ def test_resubscribing_keeps_the_checkpoint_and_updates_the_patterns(
     again = store.subscribe("q", ["payment.*"], start="beginning")
     assert again == alkstore.Subscription("q", ["payment.*"], 2), "the checkpoint was reset"
     assert store.subscriptions() == [alkstore.Subscription("q", ["payment.*"], 2)]
-    assert store.subscribe("q", ["payment.*"], start=0).checkpoint == 2
+    assert store.subscribe("q", ["payment.*"], start=1).checkpoint == 2
     assert relay_all(store) == (0, 0), "nothing is relayed again"
 
     append(store, OrderCreated(order_id=2), PaymentSettled(cents=2))
@@ -620,19 +609,6 @@ def test_a_subscription_created_during_a_batch_gets_every_event(
     store: alkstore.Store, backend: Backend, request: pytest.FixtureRequest
 ) -> None:
     """subscribe(start="beginning") while a batch is in flight must not lose history."""
-    if backend.name == "postgres":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "PostgreSQL: relay_bounds locks only the subscription rows that exist; a "
-                    "subscription committed between relay_insert and relay_advance gets no "
-                    "jobs from relay_insert's snapshot, but relay_advance (a new READ "
-                    "COMMITTED snapshot, WHERE checkpoint < high) moves its checkpoint to "
-                    "high: its events up to high are silently skipped"
-                ),
-            )
-        )
     store.subscribe("first", ["*"], start="beginning")
     append(store, OrderCreated(order_id=1), OrderCreated(order_id=2))
     with batch_paused_before_advance(store) as resume:
@@ -691,7 +667,7 @@ def test_status_shows_head_and_lag_per_subscription(backend: Backend) -> None:
         append(store, OrderCreated(order_id=1), PaymentSettled(cents=1))
         append(store, OrderCreated(order_id=2))
         relay_all(store)
-        store.subscribe("late", ["*"], start=1)
+        store.subscribe("late", ["*"], start=2)
         store.replay("orders", 3)
         append(store, OrderCreated(order_id=4), OrderCreated(order_id=5))
         clock.now = round(time.time(), 3) + 100  # the store's now: 100 s after the appends
@@ -722,14 +698,6 @@ def test_status_shows_head_and_lag_per_subscription(backend: Backend) -> None:
         store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "status(): the lag query takes the age of the event at checkpoint + 1 only; after "
-        "a replay into pruned history that event is gone, so seconds is None ('caught "
-        "up', as the CLI prints it) while events > 0 and retained events are not relayed"
-    ),
-)
 def test_lag_after_a_replay_into_pruned_history_is_not_caught_up(backend: Backend) -> None:
     clock = Clock()
     store = backend.connect(clock=clock)
@@ -862,14 +830,6 @@ def test_concurrent_batches_without_a_lease_still_relay_each_event_once(
     assert positions_in(store, "orders") == orders
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Relay.stop() only sets an event; an idle relay sits in listener.wait(poll), which "
-        "the stop does not interrupt, so a graceful stop (SIGTERM in `alkstore relay`) takes "
-        "up to `poll` seconds (min(poll, lease_ttl / 3))"
-    ),
-)
 def test_stopping_an_idle_relay_is_prompt(store: alkstore.Store) -> None:
     loop = relay.Relay(store, lease_ttl=30.0, poll=30.0)
     thread = threading.Thread(target=loop.run, name="idle-relay", daemon=True)

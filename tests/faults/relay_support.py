@@ -125,7 +125,17 @@ class RelayProcess:
         self.proc.wait(timeout=30)
 
     def terminate(self, timeout: float = 30) -> int:
-        """SIGTERM (a clean stop: the relay releases its lease) and reap; the exit code."""
+        """SIGTERM (a clean stop: the relay releases its lease) and reap; the exit code.
+
+        Waits until the relay has started (logged "relay starting"): before that its
+        signal handlers are not installed yet and SIGTERM ends it with -15."""
+        deadline = time.monotonic() + timeout
+        while (
+            self.proc.poll() is None
+            and "relay starting" not in self.output()
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.05)
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout=timeout)

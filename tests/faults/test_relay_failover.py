@@ -246,15 +246,6 @@ def wait_for_tick(store: alkstore.Store, relay: rs.RelayProcess, timeout: float)
         time.sleep(0.02)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Relay.run has no error handling: the first StorageError (here psycopg's "
-        "AdminShutdown from a pooled connection the server closed) propagates out of "
-        "relay_batch/acquire and `alkstore relay` exits with status 1. A server restart or "
-        "failover therefore stops every relay, standbys included (they hit it campaigning)"
-    ),
-)
 def test_a_relay_survives_its_database_connections_being_dropped(
     pg_backend: Backend, tmp_path: Path
 ) -> None:

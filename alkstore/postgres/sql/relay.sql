@@ -19,15 +19,17 @@ UPDATE {ns}.subscriptions SET checkpoint = %(checkpoint)s, updated_at = %(now)s
 WHERE queue = %(queue)s RETURNING queue
 
 -- name: relay_bounds
--- Locks every subscription row until the batch commits: a concurrent replay or
--- unsubscribe waits instead of being overwritten by relay_advance.
-WITH low AS (
-    SELECT min(checkpoint) AS low
-    FROM (SELECT checkpoint FROM {ns}.subscriptions FOR UPDATE) AS locked)
+-- Locks every subscription row until the batch commits (a concurrent replay or
+-- unsubscribe waits) and names them: insert and advance touch exactly these, so a
+-- subscription created meanwhile is left for the next batch.
+WITH subs AS (
+    SELECT queue, checkpoint FROM {ns}.subscriptions ORDER BY queue FOR UPDATE
+), low AS (SELECT min(checkpoint) AS low FROM subs)
 SELECT low.low, coalesce((
     SELECT max(position) FROM (
         SELECT position FROM {ns}.events
-        WHERE position > low.low ORDER BY position LIMIT %(batch)s) AS b), low.low)
+        WHERE position > low.low ORDER BY position LIMIT %(batch)s) AS b), low.low),
+    (SELECT coalesce(jsonb_agg(queue), '[]')::text FROM subs)
 FROM low
 
 -- name: relay_insert
@@ -38,18 +40,19 @@ SELECT s.queue, 0, %(now)s, %(now)s, coalesce(q.max_attempts, 5),
 FROM {ns}.subscriptions AS s
 JOIN {ns}.events AS e ON e.position > s.checkpoint AND e.position <= %(high)s
 LEFT JOIN {ns}.queues AS q ON q.name = s.queue
-WHERE EXISTS (SELECT 1 FROM unnest(s.patterns) AS p WHERE e.type LIKE p)
+WHERE s.queue IN (SELECT jsonb_array_elements_text(%(queues)s::jsonb))
+  AND EXISTS (SELECT 1 FROM unnest(s.patterns) AS p WHERE e.type LIKE p)
 ORDER BY e.position, s.queue
 RETURNING id
 
 -- name: relay_advance
 UPDATE {ns}.subscriptions SET checkpoint = %(high)s, updated_at = %(now)s
-WHERE checkpoint < %(high)s
+WHERE checkpoint < %(high)s AND queue IN (SELECT jsonb_array_elements_text(%(queues)s::jsonb))
 
 -- name: lag
-SELECT s.queue, s.checkpoint, h.head - s.checkpoint,
-       (SELECT min(e.appended_at) FROM {ns}.events AS e
-        WHERE e.position = s.checkpoint + 1)
+SELECT s.queue, s.checkpoint, greatest(h.head - s.checkpoint, 0),
+       (SELECT e.appended_at FROM {ns}.events AS e
+        WHERE e.position > s.checkpoint ORDER BY e.position LIMIT 1)
 FROM {ns}.subscriptions AS s, {ns}.log_head AS h
 ORDER BY s.queue
 

@@ -18,14 +18,18 @@ UPDATE {ns}__subscriptions SET checkpoint = :checkpoint, updated_at = :now
 WHERE queue = :queue RETURNING queue
 
 -- name: relay_bounds
+-- Names the subscriptions the batch covers (SQLite's single writer already keeps
+-- them from changing until the batch commits).
 WITH low AS (SELECT min(checkpoint) AS low FROM {ns}__subscriptions)
 SELECT low.low, coalesce((
     SELECT max(position) FROM (
         SELECT position FROM {ns}__events
-        WHERE position > low.low ORDER BY position LIMIT :batch)), low.low)
+        WHERE position > low.low ORDER BY position LIMIT :batch)), low.low),
+    (SELECT json_group_array(queue) FROM {ns}__subscriptions)
 FROM low
 
 -- name: relay_insert
+-- GLOB, not LIKE: case-sensitive as on PostgreSQL (patterns only contain * wildcards).
 INSERT INTO {ns}__jobs (queue, priority, visible_at, enqueued_at, max_attempts,
                         type, key, position, headers, payload)
 SELECT s.queue, 0, :now, :now, coalesce(q.max_attempts, 5),
@@ -33,18 +37,21 @@ SELECT s.queue, 0, :now, :now, coalesce(q.max_attempts, 5),
 FROM {ns}__subscriptions AS s
 JOIN {ns}__events AS e ON e.position > s.checkpoint AND e.position <= :high
 LEFT JOIN {ns}__queues AS q ON q.name = s.queue
-WHERE EXISTS (SELECT 1 FROM json_each(s.patterns) AS p WHERE e.type LIKE p.value ESCAPE '\')
+WHERE s.queue IN (SELECT value FROM json_each(:queues))
+  AND EXISTS (SELECT 1 FROM json_each(s.events) AS p WHERE e.type GLOB p.value)
 ORDER BY e.position, s.queue
 RETURNING id
 
 -- name: relay_advance
 UPDATE {ns}__subscriptions SET checkpoint = :high, updated_at = :now
-WHERE checkpoint < :high
+WHERE checkpoint < :high AND queue IN (SELECT value FROM json_each(:queues))
 
 -- name: lag
 SELECT s.queue, s.checkpoint,
-       coalesce((SELECT seq FROM sqlite_sequence WHERE name = '{ns}__events'), 0) - s.checkpoint,
-       (SELECT e.appended_at FROM {ns}__events AS e WHERE e.position = s.checkpoint + 1)
+       max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = '{ns}__events'), 0)
+           - s.checkpoint, 0),
+       (SELECT e.appended_at FROM {ns}__events AS e
+        WHERE e.position > s.checkpoint ORDER BY e.position LIMIT 1)
 FROM {ns}__subscriptions AS s
 ORDER BY s.queue
 
