@@ -1,0 +1,142 @@
+"""Wake hints for PostgreSQL: NOTIFY sent outside the application's transactions.
+
+NOTIFY inside a transaction takes a cluster-wide lock at commit and serialises
+every notifying commit (ADR 0004), so alkstore never notifies there. A notifier
+thread per store sends one coalesced NOTIFY after our own commits, and after the
+commit of a caller-owned connection it was told about (ADR 0005).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from typing import Any, LiteralString
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+WATCH_POLL = 0.001  # seconds between checks of caller-owned connections' transactions
+NOTIFY_GAP = 0.005  # at most one NOTIFY per this many seconds (a lone commit: at once)
+REARM = 0.02  # re-announce a caller-owned connection still in a transaction this often
+WATCH_MAX = 30.0  # stop watching a caller-owned transaction after this (re-poll covers it)
+
+
+class Notifier:
+    """Sends coalesced NOTIFYs outside application transactions, from its own thread."""
+
+    def __init__(
+        self, url: str, query: LiteralString, closed: threading.Event, key: tuple[object, ...]
+    ) -> None:
+        self.key = key
+        self._url = url
+        self._query = query
+        self._closed = closed
+        self._signal = threading.Event()
+        self._commit_pending = False
+        # caller-owned connections with appends in flight, by id():
+        # [weakref, first seen, last announced]
+        self._watched: dict[int, list[Any]] = {}
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="alkstore-pg-notify", daemon=True)
+        self._thread.start()
+        _notifiers.add(self)
+
+    @property
+    def stopped(self) -> bool:
+        return self._closed.is_set()
+
+    def committed(self) -> None:
+        with self._lock:
+            self._commit_pending = True
+        self._signal.set()
+
+    def watch(self, conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
+        """Notify once `conn`'s open transaction ends (it may commit the append)."""
+        now = time.monotonic()
+        with self._lock:
+            entry = self._watched.get(id(conn))
+            if entry is not None and entry[0]() is conn:
+                return  # already watched: one entry per connection
+            self._watched[id(conn)] = [weakref.ref(conn), now, now]
+        self._signal.set()
+
+    def stop(self) -> None:
+        self._closed.set()
+        self._signal.set()
+        self._thread.join()
+
+    def _due(self) -> bool:
+        """True if a commit may need announcing; forgets connections that are done.
+
+        The transaction status is a client-side field, read without a round trip.
+        A commit followed at once by a new statement can hide between two polls,
+        so a connection still in a transaction is also announced every REARM
+        seconds (a spurious wake at worst) until WATCH_MAX.
+        """
+        now = time.monotonic()
+        with self._lock:
+            due, self._commit_pending = self._commit_pending, False
+            keep = {}
+            for key, entry in self._watched.items():
+                ref, first, last = entry
+                conn = ref()
+                if conn is None or conn.closed:
+                    due = True  # closing commits a `with psycopg.connect()` block
+                    continue
+                status = conn.info.transaction_status
+                if status in (TransactionStatus.IDLE, TransactionStatus.UNKNOWN):
+                    due = True
+                    continue
+                if now - last >= REARM:
+                    due = True
+                    entry[2] = now
+                if now - first < WATCH_MAX:
+                    keep[key] = entry
+            self._watched = keep
+        return due
+
+    def _run(self) -> None:
+        conn: psycopg.Connection[Any] | None = None
+        last = 0.0
+        while True:
+            self._signal.wait(WATCH_POLL if self._watched else None)
+            gap = last + NOTIFY_GAP - time.monotonic()
+            if gap > 0:  # under load: one NOTIFY per gap covers every commit in it
+                self._closed.wait(gap)
+            self._signal.clear()
+            if self._due():  # announced even when closing: the commit happened
+                last = time.monotonic()
+                try:
+                    if conn is None or conn.closed:
+                        conn = psycopg.connect(self._url, autocommit=True)
+                        # NOTIFY assigns an xid, so it commits: a hint needs no WAL flush
+                        conn.execute("SET synchronous_commit TO off")
+                    conn.execute(self._query)
+                except psycopg.Error:
+                    conn = None  # listeners' re-poll covers the gap; retry on the next commit
+            if self._closed.is_set():
+                break
+        if conn is not None:
+            conn.close()
+
+
+_notifiers: weakref.WeakSet[Notifier] = weakref.WeakSet()
+
+
+def conn_key(
+    namespace: str, conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
+) -> tuple[object, ...]:
+    info = conn.info
+    return (namespace, info.host, info.port, info.dbname)
+
+
+def watch_commit(
+    namespace: str, conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
+) -> None:
+    """Hand a caller-owned connection to an open store's notifier for this database."""
+    key = conn_key(namespace, conn)
+    for notifier in list(_notifiers):
+        if notifier.key == key and not notifier.stopped:
+            notifier.watch(conn)
+            return
