@@ -15,7 +15,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any, Literal, Protocol
 
-from alkstore import _events, _wake
+from alkstore import _errors, _events, _wake
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,5 +137,5 @@ def batched_rows(
 
 def check_key(key: object) -> str | None:
     if key is not None and not isinstance(key, str):
-        raise TypeError(f"key must be a str or None, got {type(key).__name__}")
+        raise _errors.InvalidArgument(f"key must be a str or None, got {type(key).__name__}")
     return key

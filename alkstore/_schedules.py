@@ -17,7 +17,7 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
-from croniter import croniter
+from croniter import CroniterBadDateError, CroniterError, croniter
 
 from alkstore import _config, _engine, _errors, _events, _jobs, _queue
 
@@ -27,6 +27,7 @@ CatchUp = Literal["latest", "all", "none"]
 MAX_CATCH_UP = 100  # catch_up="all" fires at most this many missed boundaries per tick
 ON_TIME_MS = 60_000  # catch_up="none": a boundary this recent (or half a period) still fires
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_EVERY = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d)\s*)+")  # "1h 30m", not "30 s"
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -55,13 +56,13 @@ class Schedule(msgspec.Struct, frozen=True, kw_only=True):
 def parse_every(every: str | float) -> int:
     """ "30s", "5m", "1h30m", "250ms", "1d", or seconds as a number -> milliseconds (> 0)."""
     if isinstance(every, int | float) and not isinstance(every, bool):
-        ms = int(_queue.seconds("every", every, positive=True) * 1000)
-    elif (
-        isinstance(every, str)
-        and (parts := _DURATION.findall(every))
-        and ("".join(n + u for n, u in parts) == every.replace(" ", ""))
-    ):
-        ms = int(sum(float(n) * _UNIT_MS[u] for n, u in parts))
+        ms = round(_queue.seconds("every", every, positive=True) * 1000)
+    elif isinstance(every, str) and _EVERY.fullmatch(text := every.strip()):
+        parts = _DURATION.findall(text)
+        units = [unit for _, unit in parts]
+        if len(set(units)) != len(units):
+            raise _errors.InvalidArgument(f"every repeats a unit: {every!r}")
+        ms = round(sum(float(n) * _UNIT_MS[u] for n, u in parts))
     else:
         raise _errors.InvalidArgument(f'every must look like "30s", "5m", "1h", got {every!r}')
     if ms <= 0:
@@ -77,9 +78,20 @@ def check_tz(tz: str) -> ZoneInfo:
 
 
 def check_cron(cron: str) -> str:
+    """A valid expression that matches some time (croniter accepts "0 0 30 2 *")."""
     if not isinstance(cron, str) or not croniter.is_valid(cron):
         raise _errors.InvalidArgument(f"invalid cron expression {cron!r}")
+    try:
+        croniter(cron, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
+    except (CroniterBadDateError, CroniterError) as exc:
+        raise _errors.InvalidArgument(f"cron expression {cron!r} never matches") from exc
     return cron
+
+
+def _repeated(moment: datetime, zone: ZoneInfo) -> bool:
+    """True for the second occurrence of a wall-clock time repeated by a fall-back."""
+    first = moment.replace(tzinfo=None).replace(tzinfo=zone, fold=0)
+    return first.timestamp() != moment.timestamp()
 
 
 def next_after(cron: str | None, every_ms: int | None, tz: str, start_at: int, after: int) -> int:
@@ -95,13 +107,12 @@ def next_after(cron: str | None, every_ms: int | None, tz: str, start_at: int, a
         return start_at + ((after - start_at) // every_ms + 1) * every_ms
     assert cron is not None
     zone = ZoneInfo(tz)
-    base = datetime.fromtimestamp(after / 1000, UTC).astimezone(zone)
-    it = croniter(cron, base)
-    wall = base.replace(tzinfo=None)
+    it = croniter(cron, datetime.fromtimestamp(after / 1000, UTC).astimezone(zone))
     while True:
         candidate: datetime = it.get_next(datetime)
-        if candidate.replace(tzinfo=None) > wall:  # a repeated wall-clock time fires once
-            return int(candidate.timestamp() * 1000)
+        value = round(candidate.timestamp() * 1000)
+        if value > after and not _repeated(candidate, zone):  # a repeated time fires once
+            return value
 
 
 def latest_at_or_before(
@@ -113,9 +124,15 @@ def latest_at_or_before(
             return None
         return start_at + ((now - start_at) // every_ms) * every_ms
     assert cron is not None
-    it = croniter(cron, datetime.fromtimestamp((now + 1) / 1000, UTC).astimezone(ZoneInfo(tz)))
-    value = int(it.get_prev(datetime).timestamp() * 1000)
-    return value if value >= start_at else None
+    zone = ZoneInfo(tz)
+    it = croniter(cron, datetime.fromtimestamp((now + 1) / 1000, UTC).astimezone(zone))
+    while True:
+        candidate: datetime = it.get_prev(datetime)
+        value = round(candidate.timestamp() * 1000)
+        if value < start_at:
+            return None
+        if value <= now and not _repeated(candidate, zone):
+            return value
 
 
 def plan(schedule: Schedule, now: int) -> tuple[list[int], int, int]:
@@ -165,17 +182,16 @@ class Schedules:
         self,
         name: str,
         cron: str | None,
-        every: str | float | None,
-        event: _events.Event,
+        every_ms: int | None,
+        encoded: tuple[str, str],
         key: str | None,
         tz: str,
         catch_up: CatchUp,
-        start_at: datetime | float | None,
+        start: int | None,
     ) -> dict[str, Any]:
         _config.check_name("schedule", name)
-        if (cron is None) == (every is None):
+        if (cron is None) == (every_ms is None):
             raise _errors.InvalidArgument("give exactly one of cron= or every=")
-        every_ms = None if every is None else parse_every(every)
         if cron is not None:
             check_cron(cron)
         check_tz(tz)
@@ -183,16 +199,10 @@ class Schedules:
             raise _errors.InvalidArgument(
                 f'catch_up must be "latest", "all" or "none": {catch_up!r}'
             )
+        if key is not None and not isinstance(key, str):
+            raise _errors.InvalidArgument(f"key must be a str or None, got {key!r}")
         now = self._rt.now_ms()
-        if start_at is None:
-            start = now
-        elif isinstance(start_at, datetime):
-            if start_at.tzinfo is None:
-                raise _errors.InvalidArgument("start_at must be timezone-aware")
-            start = int(start_at.timestamp() * 1000)
-        else:
-            start = int(_queue.seconds("start_at", start_at) * 1000)  # epoch seconds
-        event_type, payload = _events.codec.encode(event)
+        start = now if start is None else start
         return {
             "name": name,
             "cron": cron,
@@ -200,12 +210,27 @@ class Schedules:
             "tz": tz,
             "catch_up": catch_up,
             "start_at": start,
-            "event_type": event_type,
-            "payload": payload.decode(),
-            "key": _engine.check_key(key),
+            "event_type": encoded[0],
+            "payload": encoded[1],
+            "key": key,
             "next_fire_at": next_after(cron, every_ms, tz, start, max(now, start) - 1),
             "now": now,
         }
+
+    @staticmethod
+    def _encode(event: _events.Event) -> tuple[str, str]:
+        event_type, payload = _events.codec.encode(event)
+        return event_type, payload.decode()
+
+    @staticmethod
+    def _start_ms(start_at: datetime | float | None) -> int | None:
+        if start_at is None:
+            return None
+        if isinstance(start_at, datetime):
+            if start_at.tzinfo is None:
+                raise _errors.InvalidArgument("start_at must be timezone-aware")
+            return round(start_at.timestamp() * 1000)
+        return round(_queue.seconds("start_at", start_at) * 1000)  # epoch seconds
 
     def add(
         self,
@@ -220,7 +245,10 @@ class Schedules:
         start_at: datetime | float | None = None,
     ) -> Schedule:
         """Add a schedule; its first boundary is the first at or after now (or start_at)."""
-        params = self._params(name, cron, every, event, key, tz, catch_up, start_at)
+        every_ms = None if every is None else parse_every(every)
+        params = self._params(
+            name, cron, every_ms, self._encode(event), key, tz, catch_up, self._start_ms(start_at)
+        )
         if not self._engine.run("schedule_insert", params):
             raise _errors.InvalidArgument(f"a schedule named {name!r} already exists")
         return self.get(name)
@@ -228,25 +256,32 @@ class Schedules:
     def update(self, name: str, **changes: Any) -> Schedule:
         """Change fields (cron/every, event, key, tz, catch_up, start_at); the next boundary
         is recomputed from now."""
-        current = self.get(name)
-        fields: dict[str, Any] = {
-            "cron": current.cron,
-            "every": None if current.every_ms is None else current.every_ms / 1000,
-            "event": _events.codec.decode(current.event_type, current.payload),
-            "key": current.key,
-            "tz": current.tz,
-            "catch_up": current.catch_up,
-            "start_at": current.start_at / 1000,
-        }
-        unknown = set(changes) - set(fields)
+        allowed = {"cron", "every", "event", "key", "tz", "catch_up", "start_at"}
+        unknown = set(changes) - allowed
         if unknown:
             raise _errors.InvalidArgument(f"cannot update {sorted(unknown)}")
-        if "cron" in changes and "every" not in changes:
-            fields["every"] = None
-        if "every" in changes and "cron" not in changes:
-            fields["cron"] = None
-        fields.update(changes)
-        params = self._params(name, **fields)
+        current = self.get(name)
+        cron, every_ms = current.cron, current.every_ms
+        if "cron" in changes or "every" in changes:
+            cron = changes.get("cron")
+            every = changes.get("every")
+            every_ms = None if every is None else parse_every(every)
+        encoded = (current.event_type, current.payload)  # no need for the event class
+        if "event" in changes:
+            encoded = self._encode(changes["event"])
+        start: int | None = current.start_at
+        if "start_at" in changes:
+            start = self._start_ms(changes["start_at"])
+        params = self._params(
+            name,
+            cron,
+            every_ms,
+            encoded,
+            changes.get("key", current.key),
+            changes.get("tz", current.tz),
+            changes.get("catch_up", current.catch_up),
+            start,
+        )
         self._engine.run("schedule_update", params)
         return self.get(name)
 

@@ -188,6 +188,10 @@ class Store:
         """Fire every due schedule boundary once (the scheduler runner's tick)."""
         return _schedules.tick(self._runtime, lease)
 
+    def prune_schedule_firings(self, older_than: float = 7 * 86_400) -> None:
+        """Forget which boundaries fired more than `older_than` seconds ago."""
+        _schedules.prune_firings(self._runtime, older_than)
+
     def next_schedule_due(self) -> float | None:
         """Seconds (store clock) until the next schedule boundary; None if none is active."""
         due = _schedules.next_due(self._runtime)

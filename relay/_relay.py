@@ -118,6 +118,8 @@ class Relay:
             return
         self._next_maintenance = now + self.maintenance_every
         swept = self.store.sweep()
+        if self.schedules:
+            self.store.prune_schedule_firings()
         if swept.expired or swept.lease_expired or swept.purged:
             log.info(
                 "maintenance: %d expired, %d lease-expired to dead letters; %d purged",

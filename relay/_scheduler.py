@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import alkstore
 
@@ -24,6 +25,7 @@ class Scheduler:
         self.poll = min(poll, lease_ttl / 3)
         self.fired = 0
         self._stop = threading.Event()
+        self._next_prune = 0.0
 
     def stop(self) -> None:
         self._stop.set()
@@ -37,6 +39,12 @@ class Scheduler:
         wait = self.store.next_schedule_due()
         return self.poll if wait is None else max(0.0, min(self.poll, wait))
 
+    def _prune(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_prune:
+            self._next_prune = now + 3600
+            self.store.prune_schedule_firings()
+
     def run(self) -> None:
         """Run until `stop()`, holding the scheduler lease (standbys wait)."""
         try:
@@ -46,8 +54,12 @@ class Scheduler:
                         self._stop.wait(self.lease_ttl / 3)
                         continue
                     log.info("scheduler is active (lease token %d)", self.lease.token)
+                elif not self.lease.renew():  # idle ticks keep the lease too
+                    log.warning("scheduler lost its lease; standing by")
+                    continue
                 try:
                     wait = self.tick(self.lease)
+                    self._prune()
                 except alkstore.AlkstoreError as exc:
                     log.warning("scheduler tick failed: %s", exc)
                     wait = self.poll

@@ -58,6 +58,11 @@ class Watcher:
         self._fire = fire
         self._stop = threading.Event()
         self._stop_r, self._stop_w = os.pipe()
+        # The baseline is read before the constructor returns: a commit made right
+        # after `store.listen()` must be seen as new.
+        self._conn = apsw.Connection(path)
+        self._conn.set_busy_timeout(5_000)
+        self._baseline = _data_version(self._conn)  # the connection also keeps the -wal
         self._thread = threading.Thread(target=self._run, name="alkstore-sqlite-wake", daemon=True)
         self._thread.start()
 
@@ -69,10 +74,9 @@ class Watcher:
         os.close(self._stop_w)
 
     def _run(self) -> None:
-        conn = apsw.Connection(self._path)
-        conn.set_busy_timeout(5_000)
+        conn = self._conn
         try:
-            last = _data_version(conn)  # the open connection also keeps the -wal file
+            last = self._baseline
             fd = _inotify_fd(self._path + "-wal")
             hot_until = 0.0
             try:

@@ -1,7 +1,5 @@
 """`alkstore schedules add|list|pause|resume|remove` and `alkstore scheduler` as a user runs
 them: subprocesses on real databases, their output, exit codes and error messages.
-
-Tests marked xfail(strict=True) pin library bugs found while writing these tests.
 """
 
 from __future__ import annotations
@@ -233,11 +231,6 @@ def test_unknown_action_is_a_usage_error(backend: Backend, migrated: alkstore.St
     assert "invalid choice: 'explode'" in err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: a cron that never matches (Feb 30) passes validation and then "
-    "croniter's CroniterBadDateError escapes as a traceback",
-)
 def test_never_matching_cron_is_a_clear_error(backend: Backend, migrated: alkstore.Store) -> None:
     err = fails(backend, "schedules", "add", "feb30", "--cron", "0 0 30 2 *", *ADD_EVENT)
     assert "cron" in err

@@ -4,9 +4,6 @@ Each firing appends the schedule's event with the headers `alkstore-schedule` an
 `alkstore-boundary`, once per (schedule, boundary) whatever number of runners tick.
 Catch-up policies decide what fires for boundaries missed while nothing ran; a paused
 schedule accumulates nothing. Bad input raises at add time and writes nothing.
-
-Tests marked xfail(strict=True) pin library bugs found while writing these tests;
-each reason says what is wrong.
 """
 
 from __future__ import annotations
@@ -520,11 +517,6 @@ def test_bad_updates_change_nothing(sstore: alkstore.Store) -> None:
     assert sstore.schedules.get("s") == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: update() round-trips every_ms through float seconds and truncates "
-    "(1001 ms becomes 1000 ms) when another field changes",
-)
 def test_update_of_another_field_keeps_the_interval(sstore: alkstore.Store) -> None:
     sstore.schedules.add("s", every="1001ms", event=OrderPlaced(order_id=1))
     assert sstore.schedules.get("s").every_ms == 1001
@@ -571,7 +563,7 @@ def test_bad_input_raises_and_writes_nothing(
 def test_bad_event_or_key_raises_and_writes_nothing(sstore: alkstore.Store) -> None:
     with pytest.raises(alkstore.EventError):
         sstore.schedules.add("s", every="1m", event={"order_id": 1})  # type: ignore[arg-type]
-    with pytest.raises(TypeError):  # as for appends: a key must be a str
+    with pytest.raises(alkstore.InvalidArgument):  # as for appends: a key must be a str
         sstore.schedules.add("s", every="1m", event=EVENT, key=5)  # type: ignore[arg-type]
     assert sstore.schedules.list() == []
     assert sstore.fire_schedules() == 0 and sstore.log.head() == 0
@@ -593,11 +585,6 @@ def test_duplicate_name_raises_and_keeps_the_original(sstore: alkstore.Store) ->
     assert [e.payload for e in entries(sstore)] == [OrderPlaced(order_id=1)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: a valid but never-matching cron (Feb 30) passes check_cron, then "
-    "next_after raises croniter's CroniterBadDateError instead of InvalidArgument",
-)
 def test_never_matching_cron_is_invalid_argument(sstore: alkstore.Store) -> None:
     with pytest.raises(alkstore.InvalidArgument):
         sstore.schedules.add("feb30", cron="0 0 30 2 *", event=EVENT)
@@ -645,11 +632,6 @@ def test_fall_back_fires_a_repeated_wall_time_once(sstore: alkstore.Store, clock
     assert len(walls) == len(set(walls))  # no wall-clock time twice
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: a runner back during the repeated hour fires the missed 02:30 CEST, "
-    "then sets next_fire_at to the repeated 02:30 CET and fires it again",
-)
 def test_outage_across_the_fall_back_fires_a_repeated_time_once(
     sstore: alkstore.Store, clock: Clock
 ) -> None:
@@ -661,11 +643,6 @@ def test_outage_across_the_fall_back_fires_a_repeated_time_once(
     assert len(fired_local(sstore, "night")) == 1, fired_local(sstore, "night")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: catch_up='all' across a fall-back also fires the repeated wall time "
-    "(02:30 CEST and 02:30 CET)",
-)
 def test_catch_up_all_across_the_fall_back_fires_a_repeated_time_once(
     sstore: alkstore.Store, clock: Clock
 ) -> None:

@@ -9,8 +9,6 @@ the relay's lease) and one `alkstore scheduler` comes back: both fire at once, a
 catch-up refills the outage. At the end, for each schedule, every boundary from the
 first to the last fired is exactly one event (its `alkstore-boundary` header), in
 boundary order.
-
-Tests marked xfail(strict=True) pin library bugs found while writing these tests.
 """
 
 from __future__ import annotations
@@ -285,12 +283,6 @@ def test_runners_killed_and_restarted_fire_every_boundary_exactly_once(
     assert period == {"half": 500, "second": 1_000, "odd": 700, "tick": 1_000}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: Scheduler.run renews its lease only inside a firing, so with no "
-    "boundary due for longer than lease_ttl a healthy active scheduler loses the lease and a "
-    "standby takes over (both then tick as if active)",
-)
 def test_an_idle_active_scheduler_keeps_its_lease(backend: Backend, store: alkstore.Store) -> None:
     store.schedules.add("sparse", every="1h", event=OrderPlaced(order_id=1))
     stores = [backend.connect(), backend.connect()]

@@ -170,21 +170,11 @@ def test_daily_time_repeated_by_the_fall_back_fires_once() -> None:
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: next_after from inside the repeated hour (02:10 CET) returns the "
-    "repeated 02:30 CET, though 02:30 CEST already happened that day",
-)
 def test_next_after_from_inside_the_repeated_hour_skips_the_repeated_time() -> None:
     got = next_after("30 2 * * *", None, BERLIN, 0, ms("2026-10-25T02:10:00+01:00"))
     assert local(got) == "2026-10-26T02:30:00+01:00"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: a runner back during the repeated hour fires the missed 02:30 CEST "
-    "(catch_up='latest') and then 02:30 CET again 20 minutes later",
-)
 def test_outage_across_the_fall_back_fires_a_repeated_time_once() -> None:
     """The runner is down from 02:20 CEST to 02:10 CET (50 minutes) on 2026-10-25."""
     s = schedule(cron="30 2 * * *", tz=BERLIN, next_fire_at=ms("2026-10-25T02:30:00+02:00"))
@@ -222,11 +212,6 @@ def test_fall_back_in_another_zone() -> None:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: latest_at_or_before returns the repeated (second) wall-clock time "
-    "of a fall-back, a boundary next_after never produces, so catch-up walks it",
-)
 def test_latest_at_or_before_skips_repeated_wall_times_like_next_after() -> None:
     assert back_chain("30 2 * * *", BERLIN, "2026-10-26T00:00:00+01:00", 2) == [
         "2026-10-25T02:30:00+02:00",
@@ -234,11 +219,6 @@ def test_latest_at_or_before_skips_repeated_wall_times_like_next_after() -> None
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: catch_up='all' across a fall-back fires the repeated wall-clock "
-    "time twice (02:30 CEST and 02:30 CET), unlike a runner that was running",
-)
 def test_catch_up_all_across_the_fall_back_fires_a_repeated_time_once() -> None:
     cron = "30 2 * * *"
     s = schedule(cron=cron, tz=BERLIN, catch_up="all", next_fire_at=ms("2026-10-24T02:30:00+02:00"))
@@ -247,11 +227,6 @@ def test_catch_up_all_across_the_fall_back_fires_a_repeated_time_once() -> None:
     assert skipped == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: catch_up='all' across a fall-back fires the repeated half hours "
-    "(02:00/02:30 CET) that a running scheduler skips",
-)
 def test_catch_up_all_half_hourly_across_the_fall_back_matches_a_live_runner() -> None:
     cron = "*/30 * * * *"
     s = schedule(cron=cron, tz=BERLIN, catch_up="all", next_fire_at=ms("2026-10-25T01:30:00+02:00"))
@@ -515,10 +490,6 @@ def test_parse_every_rejects_bad_numbers(value: object) -> None:
         parse_every(value)  # type: ignore[arg-type]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: parse_every truncates float * 1000: 1.001 s becomes 1000 ms, 1.023 s 1022",
-)
 @pytest.mark.parametrize("value", ["1.001s", 1.001, "1.023s"])
 def test_parse_every_keeps_millisecond_precision(value: str | float) -> None:
     expected = 1_023 if value == "1.023s" else 1_001

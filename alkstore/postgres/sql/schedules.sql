@@ -26,6 +26,7 @@ WHERE name = %(name)s AND paused
 RETURNING name
 
 -- name: schedule_remove
+WITH firings AS (DELETE FROM {ns}.schedule_firings WHERE name = %(name)s)
 DELETE FROM {ns}.schedules WHERE name = %(name)s RETURNING name
 
 -- name: schedule_get

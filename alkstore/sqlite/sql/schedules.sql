@@ -26,6 +26,7 @@ WHERE name = :name AND paused
 RETURNING name
 
 -- name: schedule_remove
+DELETE FROM {ns}__schedule_firings WHERE name = :name;
 DELETE FROM {ns}__schedules WHERE name = :name RETURNING name
 
 -- name: schedule_get
