@@ -57,6 +57,14 @@ def seconds(name: str, value: object, *, positive: bool = False) -> float:
     return float(value)
 
 
+def lease_ms(name: str, value: object) -> int:
+    """A lease length in seconds -> whole milliseconds, at least 1 (never a 0 ms lease)."""
+    ms = round(seconds(name, value, positive=True) * 1000)
+    if ms < 1:
+        raise _errors.InvalidArgument(f"{name} must be at least 0.001 seconds, got {value!r}")
+    return ms
+
+
 def _whole(name: str, value: object, low: int, high: int = _INT32) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise _errors.InvalidArgument(f"{name} must be an int in [{low}, {high}], got {value!r}")
@@ -254,8 +262,8 @@ class Queue:
         _whole("n", n, 1, 100_000)
         if visibility is None:
             visibility = self.config().visibility
-        lease_ms = int(seconds("visibility", visibility, positive=True) * 1000)
-        params = {"queue": self.name, "now": self._rt.now_ms(), "lease_ms": lease_ms, "n": n}
+        lease = lease_ms("visibility", visibility)
+        params = {"queue": self.name, "now": self._rt.now_ms(), "lease_ms": lease, "n": n}
         jobs = [_jobs.Job[Any](self, row) for row in self._engine.run("claim", params)]
         jobs.sort(key=lambda job: (-job.priority, job.due_ms, job.id))  # RETURNING is unordered
         return jobs
@@ -282,6 +290,8 @@ class Queue:
     def _retry(self, job: _jobs.Job[Any], delay: float | None, error: str | None) -> None:
         now = self._rt.now_ms()
         error = "retry requested" if error is None else str(error)
+        if delay is not None:
+            seconds("delay", delay)  # checked even when this attempt was the last
         if job.attempt >= job.max_attempts:
             self._bury(job, error)
             return
@@ -304,10 +314,8 @@ class Queue:
         self._checked(job, "fail", "bury", entry=entry, reason=reason, now=now)
 
     def _heartbeat(self, job: _jobs.Job[Any], progress: Any, extend: float | None) -> None:
-        lease_ms = (
-            job.lease_ms if extend is None else int(seconds("extend", extend, positive=True) * 1000)
-        )
-        visible_at = self._rt.now_ms() + lease_ms
+        lease = job.lease_ms if extend is None else lease_ms("extend", extend)
+        visible_at = self._rt.now_ms() + lease
         encoded = None if progress is None else _events.codec.encode_value(progress).decode()
         self._checked(job, "heartbeat", "heartbeat", visible_at=visible_at, progress=encoded)
 

@@ -43,6 +43,18 @@ def test_bad_urls_raise_invalid_url(url: str) -> None:
     assert isinstance(info.value, ValueError)  # configuration mistakes are ValueErrors
 
 
+def test_default_namespace_comes_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ALKSTORE_NAMESPACE", "from_env")
+    with alkstore.connect("sqlite:///:memory:") as store:
+        assert store.namespace == "from_env"
+    monkeypatch.setenv("ALKSTORE_NAMESPACE", "Bad-Name")
+    with pytest.raises(alkstore.InvalidName):
+        alkstore.connect("sqlite:///:memory:")
+    monkeypatch.delenv("ALKSTORE_NAMESPACE")
+    with alkstore.connect("sqlite:///:memory:") as store:
+        assert store.namespace == "alkstore"
+
+
 def test_default_url_comes_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ALKSTORE_DB", "sqlite:///from-env.db")
     assert _config.parse_url(None).path == "from-env.db"
@@ -63,7 +75,6 @@ def test_default_url_comes_from_environment(monkeypatch: pytest.MonkeyPatch) -> 
         "a" * 41,
         "pg_catalog",
         "public",
-        None,
         42,
     ],
 )

@@ -154,9 +154,14 @@ LIMIT %(limit)s
 -- name: requeue
 WITH back AS (
     DELETE FROM {ns}.dead_letters AS d
-    WHERE queue = %(queue)s AND (%(all)s OR id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)::bigint))
+    WHERE queue = %(queue)s
+      AND (%(all)s OR id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)::bigint))
       AND NOT EXISTS (SELECT 1 FROM {ns}.jobs AS j  -- a live job holds the dedupe key
                       WHERE j.queue = d.queue AND j.dedupe_key = d.dedupe_key)
+      AND NOT EXISTS (  -- of dead letters sharing a dedupe key, only the oldest goes back
+          SELECT 1 FROM {ns}.dead_letters AS o
+          WHERE o.queue = d.queue AND o.dedupe_key = d.dedupe_key AND o.id < d.id
+            AND (%(all)s OR o.id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)::bigint)))
     RETURNING *
 )
 INSERT INTO {ns}.jobs (id, queue, priority, visible_at, enqueued_at, attempts, max_attempts,

@@ -138,7 +138,11 @@ DELETE FROM temp.requeue_ids;
 INSERT INTO temp.requeue_ids SELECT d.id FROM {ns}__dead_letters AS d
 WHERE d.queue = :queue AND (:all OR d.id IN (SELECT value FROM json_each(:ids)))
   AND NOT EXISTS (SELECT 1 FROM {ns}__jobs AS j  -- a live job holds the dedupe key
-                  WHERE j.queue = d.queue AND j.dedupe_key = d.dedupe_key);
+                  WHERE j.queue = d.queue AND j.dedupe_key = d.dedupe_key)
+  AND NOT EXISTS (  -- of dead letters sharing a dedupe key, only the oldest goes back
+      SELECT 1 FROM {ns}__dead_letters AS o
+      WHERE o.queue = d.queue AND o.dedupe_key = d.dedupe_key AND o.id < d.id
+        AND (:all OR o.id IN (SELECT value FROM json_each(:ids))));
 INSERT INTO {ns}__jobs (id, queue, priority, visible_at, enqueued_at, attempts, max_attempts,
                         backoff, dedupe_key, type, key, position, headers, payload, history)
 SELECT id, queue, priority, :now, enqueued_at,
