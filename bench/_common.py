@@ -8,19 +8,28 @@ into the event table, a caller-owned connection).
 
 from __future__ import annotations
 
+import argparse
+import json
+import math
 import os
+import platform
 import shutil
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
 
 import apsw
 import psycopg
@@ -96,6 +105,18 @@ class Backend(ABC):
     def close(self) -> None:
         """Remove the database."""
 
+    @abstractmethod
+    def table(self, namespace: str, name: str) -> str:
+        """The qualified name of one of alkstore's tables (`jobs`, `events`, ...)."""
+
+    @abstractmethod
+    def autocommit_connection(self) -> Any:
+        """A caller-owned connection on which every statement is its own transaction."""
+
+    @abstractmethod
+    def vacuum(self, namespace: str, name: str) -> None:
+        """Tidy a table between measurements (PostgreSQL: VACUUM ANALYZE; SQLite: ANALYZE)."""
+
 
 class SqliteBackend(Backend):
     name = "sqlite"
@@ -153,6 +174,19 @@ class SqliteBackend(Backend):
 
     def close(self) -> None:
         shutil.rmtree(self._dir, ignore_errors=True)
+
+    def table(self, namespace: str, name: str) -> str:
+        return f"{namespace}__{name}"
+
+    def autocommit_connection(self) -> Any:
+        return self.raw_connection()  # apsw: a statement outside BEGIN is its own transaction
+
+    def vacuum(self, namespace: str, name: str) -> None:
+        conn = self.raw_connection()
+        try:
+            conn.execute(f"ANALYZE {self.table(namespace, name)}")
+        finally:
+            conn.close()
 
 
 class PostgresBackend(Backend):
@@ -214,6 +248,20 @@ class PostgresBackend(Backend):
     def close(self) -> None:
         self._admin(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)"))
 
+    def table(self, namespace: str, name: str) -> str:
+        return f"{namespace}.{name}"
+
+    def autocommit_connection(self) -> Any:
+        return psycopg.connect(self.url, autocommit=True)  # like alkstore's pooled connections
+
+    def vacuum(self, namespace: str, name: str) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("VACUUM ANALYZE {}.{}").format(
+                    sql.Identifier(namespace), sql.Identifier(name)
+                )
+            )
+
 
 def make_backend(engine: str) -> Backend:
     if engine == "sqlite":
@@ -221,6 +269,37 @@ def make_backend(engine: str) -> Backend:
     if engine == "postgres":
         return PostgresBackend()
     raise ValueError(f"unknown engine {engine!r}")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def fill_jobs(backend: Backend, store: alkstore.Store, queue: str, count: int) -> None:
+    """Insert `count` visible no-op jobs with one SQL statement (fast, valid columns)."""
+    jobs = backend.table(store.namespace, "jobs")
+    now = now_ms() - 1_000
+    if backend.name == "postgres":
+        query = (
+            f"INSERT INTO {jobs} (queue, priority, visible_at, enqueued_at, max_attempts, payload) "
+            "SELECT %s, 0, %s, %s, 5, jsonb_build_object('n', g) FROM generate_series(1, %s) AS g"
+        )
+    else:
+        query = (
+            "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < ?) "
+            f"INSERT INTO {jobs} (queue, priority, visible_at, enqueued_at, max_attempts, payload) "
+            "SELECT ?, 0, ?, ?, 5, json_object('n', i) FROM c"
+        )
+    params = (queue, now, now, count) if backend.name == "postgres" else (count, queue, now, now)
+    with store.transaction() as tx:
+        tx.connection.execute(query, params)
+
+
+def clear_jobs(backend: Backend, store: alkstore.Store) -> None:
+    jobs = backend.table(store.namespace, "jobs")
+    statement = f"TRUNCATE {jobs}" if backend.name == "postgres" else f"DELETE FROM {jobs}"
+    with store.transaction() as tx:
+        tx.connection.execute(statement)
 
 
 # -- timing ------------------------------------------------------------------------------
@@ -411,3 +490,308 @@ def render_table(results: list[Comparison]) -> str:
     if notes:
         lines += ["", "notes:", *notes]
     return "\n".join(lines)
+
+
+# -- metrics with targets (queues, relay, worker benchmarks) -----------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+ENGINES = ("sqlite", "postgres")
+
+
+@dataclass
+class Metric:
+    """One figure measured in several repetitions, optionally held to a target.
+
+    `better` says which way the target goes: "higher" (throughputs, ratios) or "lower"
+    (latencies). `detail` is context printed beside the median (the baseline, counts).
+    """
+
+    engine: str
+    name: str
+    unit: str
+    samples: list[float]
+    target: float | None = None
+    better: Literal["higher", "lower"] = "higher"
+    detail: str = ""
+    notes: list[str] = field(default_factory=list)
+    load: float = field(default_factory=lambda: os.getloadavg()[0])
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def status(self) -> str:
+        if self.target is None:
+            return "info"
+        ok = self.median >= self.target if self.better == "higher" else self.median <= self.target
+        return "PASS" if ok else "FAIL"
+
+    def fmt(self, value: float) -> str:
+        return format_value(value, self.unit)
+
+    @property
+    def target_text(self) -> str:
+        if self.target is None:
+            return "-"
+        return f"{'>=' if self.better == 'higher' else '<='} {self.fmt(self.target)}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "name": self.name,
+            "unit": self.unit,
+            "samples": self.samples,
+            "median": self.median,
+            "target": self.target,
+            "better": self.better,
+            "status": self.status,
+            "detail": self.detail,
+            "notes": self.notes,
+            "load_average": self.load,
+        }
+
+
+def format_number(value: float, unit: str) -> str:
+    if unit == "x":
+        return f"{value:.3f}"
+    if unit in ("ms", "s"):
+        return f"{value:.2f}"
+    return f"{value:,.0f}"
+
+
+def format_value(value: float, unit: str) -> str:
+    number = format_number(value, unit)
+    return f"{number}x" if unit == "x" else f"{number} {unit}"
+
+
+_METRIC_COLUMNS = (
+    ("engine", "<8"),
+    ("measurement", "<44"),
+    ("median", ">15"),
+    ("range (reps)", ">23"),
+    ("target", ">17"),
+    ("result", ">6"),
+    ("load", ">5"),
+    ("detail", "<0"),
+)
+
+
+def _metric_row(cells: Sequence[str]) -> str:
+    line = "  ".join(f"{c:{spec}}" for c, (_, spec) in zip(cells, _METRIC_COLUMNS, strict=True))
+    return line.rstrip()
+
+
+def render_metrics(rows: Sequence[Metric]) -> str:
+    """The table: median of the repetitions, their range, target and PASS/FAIL/info."""
+    header = _metric_row([name for name, _ in _METRIC_COLUMNS])
+    lines = [header, "-" * len(header)]
+    for m in rows:
+        spread = ""
+        if len(m.samples) > 1:
+            low, high = (format_number(v, m.unit) for v in (min(m.samples), max(m.samples)))
+            spread = f"{low}-{high}"
+        cells = (
+            m.engine,
+            m.name,
+            m.fmt(m.median),
+            spread,
+            m.target_text,
+            m.status,
+            f"{m.load:.1f}",
+            m.detail,
+        )
+        lines.append(_metric_row(cells))
+    notes = [f"  {m.engine}: {note}" for m in rows for note in m.notes]
+    if notes:
+        lines += ["", "notes:", *notes]
+    return "\n".join(lines)
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    """The pct-th percentile, interpolating between the closest ranks."""
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    rank = (len(ordered) - 1) * pct / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+# -- the run: arguments, provenance, the report ------------------------------------------
+
+
+def engines_arg(value: str) -> tuple[str, ...]:
+    engines = tuple(e.strip() for e in value.split(",") if e.strip())
+    unknown = set(engines) - set(ENGINES)
+    if not engines or unknown:
+        raise argparse.ArgumentTypeError(f"choose from {','.join(ENGINES)}")
+    return engines
+
+
+def base_parser(doc: str | None) -> argparse.ArgumentParser:
+    """--quick, --engines, --reps, --json: what every benchmark script takes."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 1 rep, small sizes")
+    parser.add_argument("--engines", type=engines_arg, default=ENGINES, help="sqlite,postgres")
+    parser.add_argument("--reps", type=int, help="repetitions (default 3, quick 1)")
+    parser.add_argument("--json", type=Path, help="also write the results to this file")
+    return parser
+
+
+def load_average() -> float:
+    """The 1-minute load average (other work on the machine makes the numbers noisy)."""
+    return os.getloadavg()[0]
+
+
+def git_commit() -> str:
+    """The library version measured: HEAD, plus the files changed since if any."""
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    changed = subprocess.run(
+        [
+            "git",
+            "-C",
+            str(REPO),
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+            "alkstore",
+            "relay",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split("\n")
+    dirty = sorted(line[3:] for line in changed if line.strip())
+    if not head:
+        return "unknown"
+    return f"{head}+dirty({', '.join(dirty)})" if dirty else head
+
+
+@dataclass
+class Run:
+    """A benchmark run: announces itself, then prints and saves the report."""
+
+    title: str
+    settings: dict[str, Any]
+    commit: str = field(default_factory=git_commit)
+    load_at_start: float = field(default_factory=load_average)
+    started: float = field(default_factory=time.perf_counter)
+    started_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+
+    def announce(self) -> None:
+        shown = " ".join(f"{k}={v}" for k, v in self.settings.items())
+        print(
+            f"alkstore {self.title} benchmark at {self.commit}: {shown} "
+            f"cpus={os.cpu_count()} load={self.load_at_start:.2f}",
+            flush=True,
+        )
+
+    def report(self, rows: Sequence[Metric], json_path: Path | None) -> None:
+        elapsed = time.perf_counter() - self.started
+        print(f"\n{render_metrics(rows)}\n", flush=True)
+        reps = self.settings.get("reps")
+        print(
+            f"commit {self.commit}; total {elapsed:.0f} s; medians of {reps} reps; "
+            f"load average {self.load_at_start:.2f} at start, {load_average():.2f} now "
+            f"on {os.cpu_count()} cpus",
+            flush=True,
+        )
+        if json_path is not None:
+            meta = {
+                "benchmark": self.title,
+                "settings": self.settings,
+                "commit": self.commit,
+                "started": self.started_at,
+                "elapsed_seconds": elapsed,
+                "load_average_at_start": self.load_at_start,
+                "load_average_at_end": load_average(),
+                "python": sys.version,
+                "platform": platform.platform(),
+                "cpus": os.cpu_count(),
+            }
+            document = {"meta": meta, "results": [m.to_json() for m in rows]}
+            json_path.write_text(json.dumps(document, indent=2) + "\n", "utf-8")
+
+
+def progress(metric: Metric) -> None:
+    print(
+        f"  [{metric.engine}] {metric.name}: {metric.fmt(metric.median)} "
+        f"({metric.status}) {metric.detail}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+# -- processes ---------------------------------------------------------------------------
+
+
+@contextmanager
+def cli_process(
+    args: Sequence[str], log_path: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`python -m relay.cli ARGS` from the repository root, its output in `log_path` (a
+    file, never a pipe that could fill up); stopped with SIGTERM (SIGKILL after 10 s)."""
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "relay.cli", *args],
+            cwd=REPO,
+            env={**os.environ, **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield process
+    finally:
+        stop_process(process)
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def tail_of(path: Path, lines: int = 20) -> str:
+    """The end of a process log, for error messages."""
+    try:
+        return "\n".join(path.read_text("utf-8", "replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def latency_metrics(
+    engine: str,
+    name: str,
+    reps: Sequence[Sequence[float]],
+    targets: tuple[float | None, float | None],
+    detail: str = "",
+    notes: Sequence[str] = (),
+) -> list[Metric]:
+    """p50 and p99 rows (ms) from latency samples in seconds, one list per repetition."""
+    rows = []
+    for pct, target in zip((50, 99), targets, strict=True):
+        values = [percentile(rep, pct) * 1000 for rep in reps]
+        rows.append(
+            Metric(engine, f"{name} p{pct}", "ms", values, target, better="lower", detail=detail)
+        )
+    rows[-1].notes.extend(notes)
+    return rows
+
+
+def pace(start: float, index: int, interval: float) -> None:
+    """Sleep until `start + index * interval` (perf_counter time); no-op if already late."""
+    delay = start + index * interval - time.perf_counter()
+    if delay > 0:
+        time.sleep(delay)

@@ -1,0 +1,473 @@
+"""Queue benchmark: enqueue, claim+ack drains and claim scaling, beside raw SQL.
+
+Run it from the repository root (about 3 minutes; `--quick` takes under one):
+
+    python bench/queues.py [--quick] [--engines sqlite,postgres] [--reps 3]
+                           [--seconds 2] [--drain-jobs 20000] [--drain-cap 2.5]
+                           [--large 1000000] [--json results.json]
+
+On each engine, in one run:
+
+1. single enqueue, one job per transaction: `q.enqueue(payload)` vs a raw single-row
+   INSERT of the same row (same columns and values, payload pre-encoded) in the same
+   transaction shape alkstore uses (SQLite: BEGIN IMMEDIATE ... COMMIT; PostgreSQL: one
+   autocommit statement). Target: ratio >= 0.85. Alternating slices, as bench/append.py.
+2. batched enqueue: `q.enqueue_many(100 payloads)` in jobs/s, beside a raw `executemany`
+   of the same 100 rows in one transaction.
+3. drain: 20,000 no-op jobs (filled with SQL) claimed with `claim_many(n)` and acked with
+   `ack_many(jobs)`, n = 1, 10, 100, in one process; beside the raw drain (the engine's own
+   `claim` and `ack_many` statements from sql/queues.sql run directly with the driver).
+   A drain stops after `--drain-cap` seconds if not done (small batches on PostgreSQL,
+   where each statement is a commit). Targets at n = 100: >= 20,000 jobs/s on PostgreSQL,
+   >= 40,000 jobs/s on SQLite.
+4. claim scaling: claim()+ack() of single jobs from a queue with 1,000 waiting jobs vs
+   one with 1,000,000 (each in its own namespace, filled with generate_series / a
+   recursive CTE); every 100 claims the queue is topped up again outside the timed part.
+   Target: rate at 1M >= 0.8x the rate at 1k.
+
+SQLite runs on a file in a temp directory; PostgreSQL on a throwaway database
+`alkstore_bench_<random>` (via $ALKSTORE_BENCH_PG, default
+postgresql://root@127.0.0.1:5432/test), dropped WITH (FORCE) at the end. The table shows
+medians of `--reps` repetitions (A/B variants alternate within each), their range,
+targets and PASS/FAIL; the script always exits 0.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import msgspec
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/queues.py`
+
+import alkstore
+from alkstore import _sql
+from bench._common import (
+    Backend,
+    Metric,
+    Op,
+    OpFactory,
+    Run,
+    Runner,
+    Tally,
+    base_parser,
+    clear_jobs,
+    fill_jobs,
+    interleave,
+    make_backend,
+    now_ms,
+    progress,
+)
+
+SINGLE_TARGET = 0.85  # q.enqueue / raw INSERT
+DRAIN_TARGETS = {"postgres": 20_000.0, "sqlite": 40_000.0}  # jobs/s at claim batch 100
+SCALE_TARGET = 0.8  # claim rate at 1M / at 1k
+ENQUEUE_BATCH = 100
+DRAIN_BATCHES = (1, 10, 100)
+SMALL = 1_000
+TOP_UP_EVERY = 100
+SLICE_SECONDS = 0.25
+PAYLOAD = {"order_id": 123_456, "customer": "customer-56", "total_cents": 4_999, "express": False}
+
+_encode = msgspec.json.Encoder().encode
+
+
+@dataclass(frozen=True)
+class Settings:
+    engines: tuple[str, ...]
+    reps: int
+    seconds: float
+    drain_jobs: int
+    drain_cap: float
+    large: int
+
+    @property
+    def slices(self) -> int:
+        return max(2, round(self.seconds / SLICE_SECONDS))
+
+
+# -- raw SQL on a caller-owned connection ------------------------------------------------
+
+
+class RawSql:
+    """Statements run directly with the driver, in the transaction shape alkstore uses:
+    BEGIN IMMEDIATE ... COMMIT on SQLite, one autocommit statement on PostgreSQL."""
+
+    def __init__(self, backend: Backend, namespace: str) -> None:
+        self.sqlite = backend.name == "sqlite"
+        self.conn: Any = backend.autocommit_connection()
+        self.queries = _sql.queries(f"alkstore.{backend.name}", namespace)
+        jobs = backend.table(namespace, "jobs")
+        mark, jsonb = ("?", "") if self.sqlite else ("%s", "::jsonb")
+        columns = (
+            "queue, priority, visible_at, enqueued_at, expires_at, max_attempts, backoff, "
+            "dedupe_key, type, key, position, headers, payload"
+        )
+        values = f"{mark}, 0, {mark}, {mark}, NULL, 5, NULL, NULL, NULL, NULL, NULL, NULL, "
+        self.insert_job = (
+            f"INSERT INTO {jobs} ({columns}) VALUES ({values}{mark}{jsonb}) RETURNING id"
+        )
+
+    def run(self, query: str, params: Any) -> list[Any]:
+        conn = self.conn
+        if not self.sqlite:
+            return conn.execute(query, params).fetchall()  # type: ignore[no-any-return]
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            rows: list[Any] = conn.execute(query, params).fetchall()
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return rows
+
+    def enqueue(self, queue: str, payload: str) -> int:
+        now = now_ms()
+        return int(self.run(self.insert_job, (queue, now, now, payload))[0][0])
+
+    def enqueue_many(self, queue: str, payloads: list[str]) -> list[int]:
+        now = now_ms()
+        params = [(queue, now, now, p) for p in payloads]
+        conn = self.conn
+        if self.sqlite:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                ids = [row[0] for row in conn.executemany(self.insert_job, params)]
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return ids
+        with conn.transaction():
+            cursor = conn.cursor()
+            cursor.executemany(self.insert_job, params, returning=True)
+            ids = []
+            while True:
+                ids.append(cursor.fetchone()[0])
+                if not cursor.nextset():
+                    break
+            return ids
+
+    def claim_ack(self, queue: str, n: int) -> int:
+        """The engine's own claim and ack_many statements; returns how many jobs."""
+        params = {"queue": queue, "now": now_ms(), "lease_ms": 30_000, "n": n}
+        rows = self.run(self.queries["claim"], params)
+        if rows:
+            pairs = _encode([[row[0], row[7]] for row in rows]).decode()
+            done = self.run(self.queries["ack_many"], {"pairs": pairs})
+            assert len(done) == len(rows), "raw ack_many lost a lease"
+        return len(rows)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def constant(op: Op) -> OpFactory:
+    """The same op for every worker thread."""
+    return lambda _: op
+
+
+# -- the measurements --------------------------------------------------------------------
+
+
+class QueueBench:
+    def __init__(self, backend: Backend, settings: Settings) -> None:
+        self.backend = backend
+        self.settings = settings
+        self.engine = backend.name
+        self.runner = Runner(1)
+
+    def close(self) -> None:
+        self.runner.close()
+
+    def store(self, namespace: str) -> alkstore.Store:
+        store = self.backend.connect(namespace)
+        store.migrate()
+        return store
+
+    def compare_ops(self, op_a: Op, op_b: Op) -> tuple[list[float], list[float]]:
+        """Rates of two ops (1 thread), alternating slices, per repetition."""
+        settings = self.settings
+        for op in (op_a, op_b):
+            self.runner.run(constant(op), 1, max(0.2, 0.15 * settings.seconds))
+        reps = [
+            interleave(
+                lambda seconds: self.runner.run(constant(op_a), 1, seconds),
+                lambda seconds: self.runner.run(constant(op_b), 1, seconds),
+                settings.seconds,
+                settings.slices,
+            )
+            for _ in range(settings.reps)
+        ]
+        return [a for a, _ in reps], [b for _, b in reps]
+
+    # 1. single enqueue -------------------------------------------------------------------
+
+    def enqueue_single(self) -> Metric:
+        with self.store("bq_enqueue") as store:
+            queue = store.queue("single")
+            raw = RawSql(self.backend, store.namespace)
+            try:
+                encoded = _encode(PAYLOAD).decode()
+                self.check_same_row(store, queue, raw, encoded)
+
+                def ours() -> None:
+                    queue.enqueue(PAYLOAD)
+
+                def theirs() -> None:
+                    raw.enqueue("single", encoded)
+
+                a, b = self.compare_ops(ours, theirs)
+            finally:
+                raw.close()
+        ratios = [x / y for x, y in zip(a, b, strict=True)]
+        return Metric(
+            self.engine,
+            "enqueue 1/tx: q.enqueue / raw INSERT",
+            "x",
+            ratios,
+            SINGLE_TARGET,
+            detail=f"q.enqueue {median(a):,.0f} jobs/s, raw {median(b):,.0f} jobs/s",
+        )
+
+    def check_same_row(
+        self, store: alkstore.Store, queue: alkstore.Queue, raw: RawSql, encoded: str
+    ) -> None:
+        """The raw INSERT must store the row alkstore stores (ids and times aside)."""
+        queue.enqueue(PAYLOAD)
+        raw.enqueue(queue.name, encoded)
+        jobs = self.backend.table(store.namespace, "jobs")
+        cast = "" if self.engine == "sqlite" else "::text"
+        query = (
+            "SELECT queue, priority, visible_at = enqueued_at, expires_at, attempts, max_attempts, "
+            f"backoff{cast}, lease_token, dedupe_key, type, key, position, headers{cast}, "
+            f"payload{cast}, history{cast} FROM {jobs} ORDER BY id DESC LIMIT 2"
+        )
+        with store.transaction() as tx:
+            ours, theirs = (tuple(row) for row in tx.connection.execute(query).fetchall())
+        if ours != theirs:
+            raise RuntimeError(f"raw INSERT differs from q.enqueue's row: {ours} vs {theirs}")
+        clear_jobs(self.backend, store)
+
+    # 2. batched enqueue ------------------------------------------------------------------
+
+    def enqueue_batched(self) -> Metric:
+        with self.store("bq_batch") as store:
+            queue = store.queue("batch")
+            raw = RawSql(self.backend, store.namespace)
+            try:
+                payloads = [{**PAYLOAD, "order_id": i} for i in range(ENQUEUE_BATCH)]
+                encoded = [_encode(p).decode() for p in payloads]
+
+                def ours() -> None:
+                    queue.enqueue_many(payloads)
+
+                def theirs() -> None:
+                    raw.enqueue_many("batch", encoded)
+
+                a, b = self.compare_ops(ours, theirs)
+            finally:
+                raw.close()
+        a = [x * ENQUEUE_BATCH for x in a]
+        b = [x * ENQUEUE_BATCH for x in b]
+        ratio = median([x / y for x, y in zip(a, b, strict=True)])
+        return Metric(
+            self.engine,
+            f"enqueue_many({ENQUEUE_BATCH})",
+            "jobs/s",
+            a,
+            detail=f"raw executemany {median(b):,.0f} jobs/s (ratio {ratio:.2f})",
+        )
+
+    # 3. drain ----------------------------------------------------------------------------
+
+    def drain_all(self) -> list[Metric]:
+        settings = self.settings
+        with self.store("bq_drain") as store:
+            queue = store.queue("drain")
+            queue.config()  # cached from now on, as in a worker
+            raw = RawSql(self.backend, store.namespace)
+            samples: dict[tuple[int, str], list[tuple[int, float]]] = {}
+            try:
+
+                def ours(n: int) -> int:
+                    jobs = queue.claim_many(n)
+                    if jobs:
+                        lost = queue.ack_many(jobs)
+                        assert not lost, "ack_many lost leases"
+                    return len(jobs)
+
+                def theirs(n: int) -> int:
+                    return raw.claim_ack("drain", n)
+
+                variants: dict[str, Callable[[int], int]] = {"alkstore": ours, "raw": theirs}
+                self.drain(store, ours, 10)  # warm up (and prepare the statements)
+                self.drain(store, theirs, 10)
+                for rep in range(settings.reps):
+                    order = ["alkstore", "raw"] if rep % 2 == 0 else ["raw", "alkstore"]
+                    for n in DRAIN_BATCHES:
+                        for name in order:
+                            result = self.drain(store, variants[name], n)
+                            samples.setdefault((n, name), []).append(result)
+            finally:
+                raw.close()
+        return [
+            self.drain_metric(n, samples[(n, "alkstore")], samples[(n, "raw")])
+            for n in DRAIN_BATCHES
+        ]
+
+    def drain(
+        self, store: alkstore.Store, claim_ack: Callable[[int], int], n: int
+    ) -> tuple[int, float]:
+        """Fill `drain_jobs` jobs, then claim+ack them n at a time; (jobs done, seconds)."""
+        settings = self.settings
+        clear_jobs(self.backend, store)
+        fill_jobs(self.backend, store, "drain", settings.drain_jobs)
+        self.backend.vacuum(store.namespace, "jobs")
+        done = 0
+        start = time.perf_counter()
+        deadline = start + settings.drain_cap
+        while done < settings.drain_jobs and time.perf_counter() < deadline:
+            got = claim_ack(n)
+            if not got:
+                break
+            done += got
+        return done, time.perf_counter() - start
+
+    def drain_metric(
+        self, n: int, ours: list[tuple[int, float]], raw: list[tuple[int, float]]
+    ) -> Metric:
+        rates = [jobs / seconds for jobs, seconds in ours]
+        raw_rates = [jobs / seconds for jobs, seconds in raw]
+        ratio = median([x / y for x, y in zip(rates, raw_rates, strict=True)])
+        drained = min(jobs for jobs, _ in ours)
+        scope = (
+            f"{drained:,} jobs"
+            if drained >= self.settings.drain_jobs
+            else f"capped at {self.settings.drain_cap:g} s: >= {drained:,} jobs"
+        )
+        return Metric(
+            self.engine,
+            f"drain: claim_many({n}) + ack_many",
+            "jobs/s",
+            rates,
+            DRAIN_TARGETS[self.engine] if n == 100 else None,
+            detail=f"raw SQL {median(raw_rates):,.0f} jobs/s (ratio {ratio:.2f}); {scope}",
+        )
+
+    # 4. claim scaling --------------------------------------------------------------------
+
+    def scaling(self) -> Metric:
+        settings = self.settings
+        small = self.store("bq_small")
+        large = self.store("bq_large")
+        try:
+            start = time.perf_counter()
+            fill_jobs(self.backend, large, "scale", settings.large)
+            self.backend.vacuum(large.namespace, "jobs")
+            fill_seconds = time.perf_counter() - start
+            fill_jobs(self.backend, small, "scale", SMALL)
+            self.backend.vacuum(small.namespace, "jobs")
+            run_small = self.claims(small)
+            run_large = self.claims(large)
+            run_small(0.2)  # warm up
+            run_large(0.2)
+            reps = [
+                interleave(run_large, run_small, settings.seconds, settings.slices)
+                for _ in range(settings.reps)
+            ]
+        finally:
+            small.close()
+            large.close()
+        at_large = [x for x, _ in reps]
+        at_small = [y for _, y in reps]
+        return Metric(
+            self.engine,
+            f"claim+ack x1 at {settings.large:,} / at {SMALL:,} waiting",
+            "x",
+            [x / y for x, y in reps],
+            SCALE_TARGET,
+            detail=(
+                f"{median(at_large):,.0f} vs {median(at_small):,.0f} jobs/s "
+                f"({settings.large:,} filled in {fill_seconds:.1f} s)"
+            ),
+        )
+
+    def claims(self, store: alkstore.Store) -> Callable[[float], Tally]:
+        """claim() + ack() for about `seconds`, topping the queue up every 100 claims
+        outside the timed part (so the number of waiting jobs stays about the same)."""
+        queue = store.queue("scale")
+        queue.config()
+
+        def run(seconds: float) -> Tally:
+            done, timed = 0, 0.0
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                start = time.perf_counter()
+                for _ in range(10):
+                    job = queue.claim()
+                    assert job is not None, "the queue ran dry"
+                    job.ack()
+                timed += time.perf_counter() - start
+                done += 10
+                if done % TOP_UP_EVERY == 0:
+                    fill_jobs(self.backend, store, "scale", TOP_UP_EVERY)
+            if done % TOP_UP_EVERY:
+                fill_jobs(self.backend, store, "scale", done % TOP_UP_EVERY)
+            return Tally(done, timed)
+
+        return run
+
+
+# -- driver ------------------------------------------------------------------------------
+
+
+def run_engine(engine: str, settings: Settings) -> list[Metric]:
+    backend = make_backend(engine)
+    bench = QueueBench(backend, settings)
+    results: list[Metric] = []
+    try:
+        for measure in (bench.enqueue_single, bench.enqueue_batched):
+            results.append(measure())
+            progress(results[-1])
+        for metric in bench.drain_all():
+            results.append(metric)
+            progress(metric)
+        results.append(bench.scaling())
+        progress(results[-1])
+    finally:
+        bench.close()
+        backend.close()
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = base_parser(__doc__)
+    parser.add_argument("--seconds", type=float, help="per timed measurement (2, quick 0.5)")
+    parser.add_argument("--drain-jobs", type=int, default=20_000, help="jobs per drain")
+    parser.add_argument("--drain-cap", type=float, help="max seconds per drain (2.5, quick 1)")
+    parser.add_argument("--large", type=int, default=1_000_000, help="jobs in the big queue")
+    args = parser.parse_args(argv)
+    settings = Settings(
+        engines=args.engines,
+        reps=args.reps or (1 if args.quick else 3),
+        seconds=args.seconds or (0.5 if args.quick else 2.0),
+        drain_jobs=args.drain_jobs,
+        drain_cap=args.drain_cap or (1.0 if args.quick else 2.5),
+        large=args.large,
+    )
+    run = Run("queues", {**asdict(settings), "engines": ",".join(settings.engines)})
+    run.announce()
+    results = [m for engine in settings.engines for m in run_engine(engine, settings)]
+    run.report(results, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
