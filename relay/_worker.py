@@ -8,7 +8,7 @@ import logging
 import queue
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -25,9 +25,12 @@ Outcome = tuple[str, float | None, str]  # (ack | retry | fail | poison, delay, 
 
 @dataclass
 class Running:
+    """A claimed job: prefetched (started is None) or in its handler. Leases of both
+    are renewed."""
+
     job: alkstore.Job[Any]
     handler: _handlers.Handler
-    started: float
+    started: float | None
     renewed: float
     abandoned: bool = False  # released, timed out or lease lost: its result is ignored
 
@@ -193,34 +196,62 @@ class Worker:
     def _dispatch(
         self, handler: _handlers.Handler, slots: _Slots, pool: _DaemonPool, once: bool
     ) -> None:
+        """Claim in batches of up to `prefetch` jobs (renewed while they wait) and start
+        them as the queue's concurrency allows: claims are few even when handlers are few."""
         queue = self.store.queue(handler.queue)
         listener = self.store.listen()
         wait = tenacity.wait_random_exponential(multiplier=0.1, max=10)
+        prefetch = max(handler.concurrency, min(self.batch, 4 * handler.concurrency))
+        waiting: deque[alkstore.Job[Any]] = deque()
         failures = 0
-        while not self._stop.is_set():
-            quiet = slots.busy[handler.queue] == 0  # nothing in flight could still retry
-            n = slots.take(handler.queue, self.batch)
-            if n == 0:
-                slots.wait_free(handler.queue, self.poll)
-                continue
-            try:
-                jobs = queue.claim_many(n, visibility=self.visibility)
-                failures = 0
-            except alkstore.StorageError as exc:
-                slots.give(handler.queue, n)
-                failures += 1
-                delay = wait(_attempt(failures))
-                log.warning("claim on %s failed (%s); retrying in %.1fs", handler.queue, exc, delay)
-                self._stop.wait(delay)
-                continue
-            if len(jobs) < n:
-                slots.give(handler.queue, n - len(jobs))
+        try:
+            while not self._stop.is_set():
+                n = slots.take(handler.queue, len(waiting))
+                for _ in range(n):
+                    self._start(handler, waiting.popleft(), slots, pool)
+                if len(waiting) > handler.concurrency:
+                    slots.wait_free(handler.queue, self.poll)  # enough on hand
+                    continue
+                quiet = slots.busy[handler.queue] == 0 and not waiting  # nothing can retry
+                try:
+                    jobs = queue.claim_many(prefetch - len(waiting), visibility=self.visibility)
+                    failures = 0
+                except alkstore.StorageError as exc:
+                    failures += 1
+                    delay = wait(_attempt(failures))
+                    log.warning(
+                        "claim on %s failed (%s); retrying in %.1fs", handler.queue, exc, delay
+                    )
+                    self._stop.wait(delay)
+                    continue
+                self._hold(handler, jobs)
+                waiting.extend(jobs)
+                if not jobs and not waiting:
+                    if once and quiet:
+                        return
+                    listener.wait(self.poll)
+                elif not jobs:
+                    slots.wait_free(handler.queue, self.poll)
+        finally:
+            self._release_waiting(waiting)
+
+    def _hold(self, handler: _handlers.Handler, jobs: list[alkstore.Job[Any]]) -> None:
+        now = time.monotonic()
+        with self._lock:
             for job in jobs:
-                self._start(handler, job, slots, pool)
-            if not jobs:
-                if once and quiet:
-                    return
-                listener.wait(self.poll)
+                self._running[job.id] = Running(job, handler, None, now)
+        self.counters["claimed"] += len(jobs)
+
+    def _release_waiting(self, waiting: deque[alkstore.Job[Any]]) -> None:
+        """Give prefetched jobs back at once on stop (they never ran: no attempt counts)."""
+        for job in waiting:
+            with self._lock:
+                self._running.pop(job.id, None)
+            try:
+                job.release()
+                self.counters["returned"] += 1  # prefetched, never started
+            except alkstore.AlkstoreError:
+                pass  # its lease will run out instead
 
     def _start(
         self,
@@ -229,10 +260,13 @@ class Worker:
         slots: _Slots,
         pool: _DaemonPool,
     ) -> None:
-        now = time.monotonic()
         with self._lock:
-            self._running[job.id] = Running(job, handler, now, now)
-        self.counters["claimed"] += 1
+            running = self._running.get(job.id)
+            if running is None or running.abandoned:  # its lease was lost while it waited
+                self._running.pop(job.id, None)
+                slots.give(job.queue)
+                return
+            running.started = time.monotonic()
         if handler.is_async:
             assert self._loop is not None
             asyncio.run_coroutine_threadsafe(self._run_async(handler, job, slots), self._loop)
@@ -383,12 +417,13 @@ class Worker:
             if (
                 handler.timeout is not None
                 and not handler.is_async
+                and item.started is not None
                 and (now - item.started > handler.timeout)
             ):
                 item.abandoned = True  # the thread runs on; its result is ignored
                 kind = self._record(job, "timeout", None, f"timed out after {handler.timeout}s")
                 self.counters[kind] += 1
-                self._report(job, kind, now - item.started)
+                self._report(job, kind, now - (item.started or now))
             elif self.renew and now - item.renewed >= job.lease_ms / 3000:
                 job.heartbeat()
                 item.renewed = now
