@@ -201,7 +201,7 @@ class Worker:
         queue = self.store.queue(handler.queue)
         listener = self.store.listen()
         wait = tenacity.wait_random_exponential(multiplier=0.1, max=10)
-        prefetch = max(handler.concurrency, min(self.batch, 4 * handler.concurrency))
+        prefetch = max(handler.concurrency, min(self.batch, 8 * handler.concurrency))
         waiting: deque[alkstore.Job[Any]] = deque()
         failures = 0
         try:
