@@ -202,8 +202,30 @@ class SqliteEngine:
     # -- queues ----------------------------------------------------------------------
 
     def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        with self.transaction() as conn:
-            return self.run_in(conn, name, params)
+        if self._memory or self._closed.is_set():
+            with self.transaction() as conn:
+                return self.run_in(conn, name, params)
+        # The hot path (claim, ack, enqueue): one flat BEGIN IMMEDIATE ... COMMIT on this
+        # thread's connection, without the context managers of transaction().
+        local: apsw.Connection | None = getattr(self._local, "conn", None)
+        if local is None:
+            local = self._local.conn = self._open()
+        conn = local
+        if conn.in_transaction:
+            raise _errors.AlkstoreError("a store transaction is already open on this thread")
+        _execute_busy(conn, "BEGIN IMMEDIATE")
+        try:
+            rows: list[tuple[Any, ...]] = conn.execute(self._q[name], params).fetchall()
+            _execute_busy(conn, "COMMIT")
+        except apsw.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise _storage_error(conn, self._namespace, exc) from exc
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return rows
 
     def run_in(self, conn: Any, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         with _translate(conn, self._namespace):
@@ -245,18 +267,22 @@ def _table_exists(conn: apsw.Connection, table: str) -> bool:
     return bool(conn.execute(query, (table,)).fetchall()[0][0])
 
 
+def _storage_error(conn: apsw.Connection, namespace: str, exc: apsw.Error) -> _errors.AlkstoreError:
+    """The alkstore error for an apsw error (a missing table means not migrated)."""
+    if isinstance(exc, apsw.SQLError):
+        tables = (f"{namespace}__events", f"{namespace}__jobs")
+        if not all(_table_exists(conn, table) for table in tables):
+            return _errors.NotMigrated()
+    return _errors.StorageError(str(exc))
+
+
 @contextmanager
 def _translate(conn: apsw.Connection, namespace: str) -> Iterator[None]:
     """Stop apsw errors at the seam."""
     try:
         yield
-    except apsw.SQLError as exc:
-        tables = (f"{namespace}__events", f"{namespace}__jobs")
-        if not all(_table_exists(conn, table) for table in tables):
-            raise _errors.NotMigrated() from exc
-        raise _errors.StorageError(str(exc)) from exc
     except apsw.Error as exc:
-        raise _errors.StorageError(str(exc)) from exc
+        raise _storage_error(conn, namespace, exc) from exc
 
 
 def insert_rows(conn: apsw.Connection, namespace: str, rows: Sequence[_engine.EventRow]) -> None:
