@@ -10,22 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from alkstore import _errors, _events, _wake
 
 
-@dataclass(frozen=True, slots=True)
-class EventRow:
-    """An encoded event ready to insert."""
+class EventRow(NamedTuple):
+    """An encoded event ready to insert (a NamedTuple: built on the append hot path)."""
 
     type: str
     key: str | None
-    headers: bytes | None
-    payload: bytes
+    headers: str | None  # JSON text
+    payload: str  # JSON text
 
 
 class LogEntry:
@@ -129,10 +127,11 @@ def batched_rows(
 ) -> Iterator[EventRow]:
     """Encode events with the process codec (errors surface before any SQL runs)."""
     codec = _events.codec
-    encoded_headers = codec.encode_headers(headers)
+    raw_headers = codec.encode_headers(headers)
+    encoded_headers = raw_headers.decode() if raw_headers is not None else None
     for event in events:
         name, payload = codec.encode(event)
-        yield EventRow(name, key, encoded_headers, payload)
+        yield EventRow(name, key, encoded_headers, payload.decode())
 
 
 def check_key(key: object) -> str | None:

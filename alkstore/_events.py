@@ -63,6 +63,7 @@ class Codec:
         self._clashes: dict[str, tuple[type[Event], type[Event]]] = {}
         self._lock = threading.Lock()
         self._headers = msgspec.json.Decoder(dict[str, str])
+        self._names: dict[type[Event], str] = {}
 
     def encode(self, event: Event) -> tuple[str, bytes]:
         """Return (type name, JSON payload) for an event instance."""
@@ -70,7 +71,10 @@ class Codec:
             raise _errors.EventError(
                 f"expected an alkstore.Event instance, got {type(event).__name__}"
             )
-        name = type_name(type(event))
+        cls = type(event)
+        name = self._names.get(cls)
+        if name is None:
+            name = self._names[cls] = type_name(cls)
         try:
             return name, self._encoder.encode(event)
         except (TypeError, ValueError, OverflowError) as exc:

@@ -139,6 +139,11 @@ def enqueue_params(
 OnDuplicate = Literal["raise", "ignore"]
 
 
+def enqueue_query(params: dict[str, Any]) -> str:
+    """The named query for one job: the ON CONFLICT form only when there is a dedupe key."""
+    return "enqueue" if params["dedupe_key"] is None else "enqueue_dedupe"
+
+
 def check_duplicate(
     rows: list[tuple[Any, ...]], params: dict[str, Any], on_duplicate: OnDuplicate
 ) -> int | None:
@@ -232,7 +237,8 @@ class Queue:
         headers. Inside a business transaction use `tx.enqueue(queue, ...)` instead.
         """
         params = enqueue_params(self._rt, self.name, payload, **options)
-        job_id = check_duplicate(self._engine.run("enqueue", params), params, on_duplicate)
+        rows = self._engine.run(enqueue_query(params), params)
+        job_id = check_duplicate(rows, params, on_duplicate)
         self._engine.committed()
         return job_id
 
@@ -244,7 +250,7 @@ class Queue:
         ids: list[int | None] = []
         with self._engine.transaction() as conn:
             for params in batch:
-                rows = self._engine.run_in(conn, "enqueue", params)
+                rows = self._engine.run_in(conn, enqueue_query(params), params)
                 ids.append(check_duplicate(rows, params, on_duplicate))
         if batch:
             self._engine.committed()

@@ -370,12 +370,10 @@ def tick(rt: _queue.Runtime, lease: Any = None, limit: int = 100) -> int:
                         "alkstore-schedule": schedule.name,
                         "alkstore-boundary": _jobs.from_ms(boundary).isoformat(),
                     }
+                    encoded = _events.codec.encode_value(headers).decode()
                     rows.append(
                         _engine.EventRow(
-                            schedule.event_type,
-                            schedule.key,
-                            _events.codec.encode_headers(headers),
-                            schedule.payload.encode(),
+                            schedule.event_type, schedule.key, encoded, schedule.payload
                         )
                     )
             if rows:

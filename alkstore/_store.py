@@ -41,7 +41,19 @@ class Transaction:
         headers: dict[str, str] | None = None,
     ) -> None:
         """Append one event; it becomes visible in the log when the transaction commits."""
-        self.append_many([event], key=key, headers=headers)
+        if not self._open:
+            raise RuntimeError("this transaction has ended")
+        codec = _events.codec
+        name, payload = codec.encode(event)
+        raw_headers = codec.encode_headers(headers) if headers else None
+        row = _engine.EventRow(
+            name,
+            _engine.check_key(key),
+            raw_headers.decode() if raw_headers is not None else None,
+            payload.decode(),
+        )
+        self._engine.insert_events(self.connection, (row,))
+        self.wrote = True
 
     def append_many(
         self,
@@ -82,7 +94,7 @@ class Transaction:
         if not self._open:
             raise RuntimeError("this transaction has ended")
         params = _queue.enqueue_params(self._runtime, queue, payload, **options)
-        rows = self._engine.run_in(self.connection, "enqueue", params)
+        rows = self._engine.run_in(self.connection, _queue.enqueue_query(params), params)
         job_id = _queue.check_duplicate(rows, params, on_duplicate)
         self.wrote = True
         return job_id

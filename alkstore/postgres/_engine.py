@@ -247,19 +247,14 @@ def _retry_state(attempt: int) -> tenacity.RetryCallState:
     return state
 
 
-def params(row: _engine.EventRow) -> tuple[str, str | None, str | None, str]:
-    headers = row.headers.decode() if row.headers is not None else None
-    return (row.type, row.key, headers, row.payload.decode())
-
-
 def insert(
     conn: psycopg.Connection[Any], query: LiteralString, rows: Sequence[_engine.EventRow]
 ) -> None:
     with translate():
         if len(rows) == 1:
-            conn.execute(query, params(rows[0]))
+            conn.execute(query, rows[0])
         else:
-            conn.cursor().executemany(query, [params(r) for r in rows])
+            conn.cursor().executemany(query, rows)
 
 
 def _check_open(status: TransactionStatus, autocommit: bool) -> None:
@@ -291,7 +286,7 @@ async def append_on_async(
     query = _sql.queries(_PACKAGE, namespace)["insert_event"]
     with translate():
         if len(rows) == 1:
-            await conn.execute(query, params(rows[0]))
+            await conn.execute(query, rows[0])
         else:
-            await conn.cursor().executemany(query, [params(r) for r in rows])
+            await conn.cursor().executemany(query, rows)
     _notify.watch_commit(namespace, conn)

@@ -286,15 +286,14 @@ def _translate(conn: apsw.Connection, namespace: str) -> Iterator[None]:
 
 
 def insert_rows(conn: apsw.Connection, namespace: str, rows: Sequence[_engine.EventRow]) -> None:
-    q = _sql.queries(_PACKAGE, namespace)
-    params = [
-        (r.type, r.key, r.headers.decode() if r.headers else None, r.payload.decode()) for r in rows
-    ]
-    with _translate(conn, namespace):
-        if len(params) == 1:
-            conn.execute(q["insert_event"], params[0])
+    query = _sql.queries(_PACKAGE, namespace)["insert_event"]
+    try:
+        if len(rows) == 1:
+            conn.execute(query, rows[0])
         else:
-            conn.executemany(q["insert_event"], params)
+            conn.executemany(query, rows)
+    except apsw.Error as exc:
+        raise _storage_error(conn, namespace, exc) from exc
 
 
 def append_on(conn: apsw.Connection, namespace: str, rows: Sequence[_engine.EventRow]) -> None:

@@ -22,6 +22,17 @@ VALUES (%(queue)s, %(priority)s, %(visible_at)s, %(now)s, %(expires_at)s,
                  (SELECT max_attempts FROM {ns}.queues WHERE name = %(queue)s), 5),
         %(backoff)s::jsonb, %(dedupe_key)s, %(type)s, %(key)s, %(position)s,
         %(headers)s::jsonb, %(payload)s::jsonb)
+RETURNING id
+
+-- name: enqueue_dedupe
+-- With a dedupe key: a live duplicate inserts nothing (and does not abort the transaction).
+INSERT INTO {ns}.jobs (queue, priority, visible_at, enqueued_at, expires_at, max_attempts,
+                       backoff, dedupe_key, type, key, position, headers, payload)
+VALUES (%(queue)s, %(priority)s, %(visible_at)s, %(now)s, %(expires_at)s,
+        coalesce(%(max_attempts)s,
+                 (SELECT max_attempts FROM {ns}.queues WHERE name = %(queue)s), 5),
+        %(backoff)s::jsonb, %(dedupe_key)s, %(type)s, %(key)s, %(position)s,
+        %(headers)s::jsonb, %(payload)s::jsonb)
 ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
 

@@ -20,6 +20,15 @@ INSERT INTO {ns}__jobs (queue, priority, visible_at, enqueued_at, expires_at, ma
 VALUES (:queue, :priority, :visible_at, :now, :expires_at,
         coalesce(:max_attempts, (SELECT max_attempts FROM {ns}__queues WHERE name = :queue), 5),
         :backoff, :dedupe_key, :type, :key, :position, :headers, :payload)
+RETURNING id
+
+-- name: enqueue_dedupe
+-- With a dedupe key: a live duplicate inserts nothing (and does not abort the transaction).
+INSERT INTO {ns}__jobs (queue, priority, visible_at, enqueued_at, expires_at, max_attempts,
+                        backoff, dedupe_key, type, key, position, headers, payload)
+VALUES (:queue, :priority, :visible_at, :now, :expires_at,
+        coalesce(:max_attempts, (SELECT max_attempts FROM {ns}__queues WHERE name = :queue), 5),
+        :backoff, :dedupe_key, :type, :key, :position, :headers, :payload)
 ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
 
