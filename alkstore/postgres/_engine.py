@@ -16,13 +16,12 @@ from contextlib import contextmanager
 from typing import Any, Literal, LiteralString
 
 import psycopg
-import psycopg_pool
 import tenacity
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 
 from alkstore import _engine, _errors, _events, _sql, _wake
-from alkstore.postgres import _notify
+from alkstore.postgres import _notify, _pool
 
 _PACKAGE = "alkstore.postgres"
 SEQUENCE_BATCH = 5_000
@@ -64,15 +63,8 @@ class PostgresEngine:
         self._url = url
         self._namespace = namespace
         self._q = _sql.queries(_PACKAGE, namespace)
-        self._pool = psycopg_pool.ConnectionPool(
-            url,
-            min_size=1,
-            max_size=max(2, pool_size),  # the sweep holds one connection while using another
-            kwargs={"autocommit": True},
-            configure=_configure,
-            open=True,
-            name=f"alkstore-{namespace}",
-        )
+        # at least 2: the sweep holds one connection while using another
+        self._pool = _pool.Pool(url, max(2, pool_size), _configure)
         self._wake = _wake.Wake()
         self._closed = threading.Event()
         self._listener: threading.Thread | None = None
@@ -105,11 +97,8 @@ class PostgresEngine:
         """A pooled autocommit connection."""
         if self._closed.is_set():
             raise _errors.AlkstoreError("the store is closed")
-        try:
-            with self._pool.connection() as conn:
-                yield conn
-        except psycopg_pool.PoolTimeout as exc:
-            raise _errors.StorageError(f"no PostgreSQL connection available: {exc}") from exc
+        with self._pool.connection() as conn:
+            yield conn
 
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Connection[Any]]:

@@ -4,7 +4,7 @@ A worker drains a backlog while an admin connection terminates every backend of
 the worker's store twice mid-run: pooled connections (idle or mid-statement), the
 LISTEN connection and the notifier's. The worker's store connects with its own
 `application_name`, so only its backends are hit. A failed claim backs off and
-retries, psycopg_pool replaces broken connections, a failed ack leaves the job to
+retries, the pool discards broken connections, a failed ack leaves the job to
 come back when its lease expires. The check: every job was handled at least once
 (re-deliveries allowed) and the queue ends with no live job and no dead letter,
 which only acks can do: nothing is lost.
