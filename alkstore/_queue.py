@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,6 +21,7 @@ from alkstore import _backoff, _config, _engine, _errors, _events, _jobs
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_VISIBILITY = 30.0
 DEFAULT_MAX_PAYLOAD = 1_048_576
+CONFIG_TTL = 5.0  # seconds a Queue object trusts the stored defaults it read
 _INT32 = 2**31 - 1
 _encode = msgspec.json.Encoder().encode
 
@@ -162,12 +164,18 @@ class Queue:
         self._rt = runtime
         self._engine = runtime.engine
         self._config: QueueConfig | None = None
+        self._config_read = 0.0
 
     # -- configuration ---------------------------------------------------------------
 
     def config(self, *, refresh: bool = False) -> QueueConfig:
-        """The queue's stored defaults (the built-in ones if never configured)."""
-        if self._config is None or refresh:
+        """The queue's stored defaults (the built-in ones if never configured).
+
+        Cached for CONFIG_TTL seconds: a change made by another process applies here
+        within that time."""
+        now = time.monotonic()
+        if self._config is None or refresh or now - self._config_read > CONFIG_TTL:
+            self._config_read = now
             rows = self._engine.run("queue_config", {"queue": self.name})
             if rows:
                 attempts, backoff, visibility_ms, retention_ms = rows[0]

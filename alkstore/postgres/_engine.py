@@ -30,15 +30,19 @@ LISTEN_POLL = 0.25  # seconds: how often the listener thread checks for close()
 _MISSING = (pg_errors.UndefinedTable, pg_errors.UndefinedFunction, pg_errors.InvalidSchemaName)
 
 
+def _translated(exc: psycopg.Error) -> _errors.AlkstoreError:
+    if isinstance(exc, _MISSING):
+        return _errors.NotMigrated()
+    return _errors.StorageError(f"{type(exc).__name__}: {exc}")
+
+
 @contextmanager
 def translate() -> Iterator[None]:
     """Stop psycopg errors at the seam."""
     try:
         yield
-    except _MISSING as exc:
-        raise _errors.NotMigrated() from exc
     except psycopg.Error as exc:
-        raise _errors.StorageError(f"{type(exc).__name__}: {exc}") from exc
+        raise _translated(exc) from exc
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
@@ -183,8 +187,18 @@ class PostgresEngine:
     # -- queues ----------------------------------------------------------------------
 
     def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        with self.connection() as conn:
-            return self.run_in(conn, name, params)
+        # The hot path (claim, ack, enqueue): one autocommit statement on a pooled
+        # connection, without the context managers of connection() and translate().
+        if self._closed.is_set():
+            raise _errors.AlkstoreError("the store is closed")
+        conn = self._pool.get()
+        try:
+            cursor = conn.execute(self._q[name], params)
+            return cursor.fetchall() if cursor.description else []
+        except psycopg.Error as exc:
+            raise _translated(exc) from exc
+        finally:
+            self._pool.put(conn)
 
     def run_in(self, conn: Any, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         with translate():

@@ -39,13 +39,13 @@ class Pool:
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        conn = self._get()
+        conn = self.get()
         try:
             yield conn
         finally:
-            self._put(conn)
+            self.put(conn)
 
-    def _get(self) -> psycopg.Connection[Any]:
+    def get(self) -> psycopg.Connection[Any]:
         deadline = time.monotonic() + CHECKOUT_TIMEOUT
         with self._cond:
             while True:
@@ -75,7 +75,7 @@ class Pool:
                 raise _errors.StorageError(f"cannot connect to PostgreSQL: {exc}") from exc
             raise
 
-    def _put(self, conn: psycopg.Connection[Any]) -> None:
+    def put(self, conn: psycopg.Connection[Any]) -> None:
         reusable = (
             not conn.closed
             and not conn.broken
