@@ -461,3 +461,23 @@ def test_release_gives_the_job_back_without_counting_the_attempt(qstore: alkstor
     with pytest.raises(alkstore.LeaseLost):
         job.release()
     again.ack()
+
+
+def test_a_queue_object_picks_up_defaults_changed_elsewhere(
+    qstore: alkstore.Store, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from alkstore import _queue
+
+    mine = qstore.queue("shared")
+    assert mine.config().visibility == 30.0  # read and cached
+    other = backend.connect()
+    try:
+        other.queue("shared").configure(visibility=7)
+    finally:
+        other.close()
+    assert mine.config().visibility == 30.0  # still within the cache's lifetime
+    monkeypatch.setattr(_queue, "CONFIG_TTL", 0.0)
+    assert mine.config().visibility == 7.0  # re-read once the TTL has passed
+    mine.enqueue("x")
+    job = mine.claim()
+    assert job is not None and job.lease_ms == 7_000
