@@ -65,7 +65,8 @@ class Relay:
                     wait = self._fire_schedules()
                     self._maintain()
                     failures = 0
-                except alkstore.StorageError as exc:  # e.g. the database restarted
+                except alkstore.StorageError as exc:  # e.g. the database restarted or a
+                    # connection was terminated
                     failures += 1
                     delay = min(5.0, 0.1 * 2**failures)
                     log.warning("relay: database error (%s); retrying in %.1fs", exc, delay)
@@ -75,8 +76,11 @@ class Relay:
                     listener.wait(wait)
         finally:
             if self.is_leader:
-                self.lease.release()
-                log.info("relay released the lease")
+                try:
+                    self.lease.release()
+                    log.info("relay released the lease")
+                except alkstore.AlkstoreError as exc:  # it expires on its own
+                    log.warning("relay could not release the lease: %s", exc)
 
     def step(self) -> bool:
         """One batch (taking the lease first if free); True if there may be more to do."""

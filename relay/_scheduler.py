@@ -49,21 +49,24 @@ class Scheduler:
         """Run until `stop()`, holding the scheduler lease (standbys wait)."""
         try:
             while not self._stop.is_set():
-                if self.lease.token is None:
-                    if not self.lease.acquire():
-                        self._stop.wait(self.lease_ttl / 3)
-                        continue
-                    log.info("scheduler is active (lease token %d)", self.lease.token)
-                elif not self.lease.renew():  # idle ticks keep the lease too
-                    log.warning("scheduler lost its lease; standing by")
-                    continue
                 try:
+                    if self.lease.token is None:
+                        if not self.lease.acquire():
+                            self._stop.wait(self.lease_ttl / 3)
+                            continue
+                        log.info("scheduler is active (lease token %d)", self.lease.token)
+                    elif not self.lease.renew():  # idle ticks keep the lease too
+                        log.warning("scheduler lost its lease; standing by")
+                        continue
                     wait = self.tick(self.lease)
                     self._prune()
-                except alkstore.AlkstoreError as exc:
+                except alkstore.AlkstoreError as exc:  # e.g. the database restarted
                     log.warning("scheduler tick failed: %s", exc)
                     wait = self.poll
                 self._stop.wait(wait)
         finally:
             if self.lease.token is not None:
-                self.lease.release()
+                try:
+                    self.lease.release()
+                except alkstore.AlkstoreError as exc:  # it expires on its own
+                    log.warning("scheduler could not release the lease: %s", exc)

@@ -106,8 +106,23 @@ class PostgresEngine:
 
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        with self.connection() as conn, conn.transaction():
-            yield conn
+        """BEGIN ... COMMIT on a pooled connection. Errors of the application's own
+        statements pass through unchanged; a failing BEGIN or COMMIT is a StorageError,
+        and a failing ROLLBACK never hides the exception that caused it."""
+        with self.connection() as conn:
+            block = conn.transaction()
+            with translate():
+                block.__enter__()
+            try:
+                yield conn
+            except BaseException as exc:
+                try:
+                    block.__exit__(type(exc), exc, exc.__traceback__)
+                except psycopg.Error:
+                    pass  # the connection is broken; the pool discards it
+                raise
+            with translate():
+                block.__exit__(None, None, None)
 
     def committed(self) -> None:
         """Our own transaction committed something: wake listeners everywhere."""

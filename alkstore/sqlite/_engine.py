@@ -134,10 +134,10 @@ class SqliteEngine:
                 raise
             try:
                 _execute_busy(conn, "COMMIT")
-            except BaseException:
+            except apsw.Error as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
-                raise
+                raise _storage_error(conn, self._namespace, exc) from exc
 
     def committed(self) -> None:
         """Our own transaction committed: the watcher sees files; memory needs a direct fire."""

@@ -150,3 +150,19 @@ def test_unknown_event_type_on_read(store: alkstore.Store) -> None:
     with pytest.raises(alkstore.UnknownEventType) as info:
         entry.payload  # noqa: B018
     assert info.value.type_name == "nobody.knows"
+
+
+def test_a_failing_commit_is_a_storage_error_and_nothing_is_kept(store: alkstore.Store) -> None:
+    with store.transaction() as tx:
+        tx.connection.execute("CREATE TABLE parents (id INTEGER PRIMARY KEY)")
+        tx.connection.execute(
+            "CREATE TABLE children (id INTEGER PRIMARY KEY, parent INTEGER REFERENCES parents (id)"
+            " DEFERRABLE INITIALLY DEFERRED)"
+        )
+    with pytest.raises(alkstore.StorageError), store.transaction() as tx:
+        tx.connection.execute("INSERT INTO children VALUES (1, 99)")  # checked at COMMIT
+        tx.append(OrderPlaced(order_id=1))
+    assert store.log.read() == []
+    with store.transaction() as tx:  # the connection is usable again
+        tx.append(OrderPlaced(order_id=2))
+    assert [e.payload for e in store.log.read()] == [OrderPlaced(order_id=2)]
