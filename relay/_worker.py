@@ -333,7 +333,14 @@ class Worker:
         try:
             if kind in ("retry", "timeout") and job.attempt < job.max_attempts:
                 job.retry(delay=delay, error=reason)
-                log.warning("job %s#%d attempt %d: %s", job.queue, job.id, job.attempt, reason)
+                log.warning(
+                    "job %s#%d attempt %d: %s",
+                    job.queue,
+                    job.id,
+                    job.attempt,
+                    reason,
+                    extra=_fields(job, kind, reason),
+                )
                 return kind
             if kind in ("retry", "timeout"):
                 job.retry(error=reason)  # the last attempt: moves it to the dead letters
@@ -346,6 +353,7 @@ class Worker:
                 job.id,
                 job.attempt,
                 reason,
+                extra=_fields(job, "dead" if kind in ("retry", "timeout") else kind, reason),
             )
             return kind
         except alkstore.LeaseLost:
@@ -391,8 +399,12 @@ class Worker:
                 continue
             self.counters["ack"] += len(jobs) - len(lost)
             self.counters["lease_lost"] += len(lost)
+            debug = log.isEnabledFor(logging.DEBUG)
             for job in jobs:
-                self._report(job, "lease_lost" if job.id in lost else "ack", seconds[job.id])
+                kind = "lease_lost" if job.id in lost else "ack"
+                if debug:
+                    log.debug("job %s#%d: %s", job.queue, job.id, kind, extra=_fields(job, kind))
+                self._report(job, kind, seconds[job.id])
 
     def _renew_loop(self) -> None:
         next_maintenance = 0.0
@@ -472,6 +484,20 @@ class Worker:
             loop_thread.join()
             self._loop.close()
         log.info("worker stopped: %s", dict(self.counters))
+
+
+def _fields(job: alkstore.Job[Any], outcome: str, reason: str = "") -> dict[str, Any]:
+    """Structured fields on every per-job log record (`record.alkstore`)."""
+    return {
+        "alkstore": {
+            "queue": job.queue,
+            "job_id": job.id,
+            "attempt": job.attempt,
+            "max_attempts": job.max_attempts,
+            "outcome": outcome,
+            "reason": reason,
+        }
+    }
 
 
 def _classify(exc: BaseException) -> Outcome:

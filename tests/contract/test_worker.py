@@ -11,6 +11,7 @@ The last section holds regression tests for bugs found while writing this file.
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue as stdlib_queue
 import threading
 import time
@@ -725,3 +726,25 @@ def test_a_worker_can_run_again(store: alkstore.Store) -> None:
         return  # refusing a second run loudly is a fix too
     assert handled == [1, 2], f"the second run(once=True) handled {handled[1:]}"
     assert empty(q)
+
+
+def test_per_job_log_records_carry_structured_fields(
+    store: alkstore.Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    q = store.queue("logged")
+    q.configure(max_attempts=2, backoff=alkstore.Fixed(delay=0))
+    worker = relay.Worker(store, poll=POLL)
+
+    @worker.handler("logged")
+    def boom(job: alkstore.Job[dict[str, int]]) -> None:
+        raise CardDeclined("no")
+
+    job_id = q.enqueue({"card": 1})
+    with caplog.at_level(logging.DEBUG, logger="alkstore.worker"):
+        drain(worker)
+    fields = [r.alkstore for r in caplog.records if hasattr(r, "alkstore")]
+    assert [(f["job_id"], f["attempt"], f["outcome"]) for f in fields] == [
+        (job_id, 1, "retry"),
+        (job_id, 2, "dead"),
+    ]
+    assert all(f["queue"] == "logged" and f["reason"] == "CardDeclined: no" for f in fields)
