@@ -17,32 +17,17 @@ from typing import Any, Literal, LiteralString
 
 import psycopg
 import tenacity
-from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 
 from alkstore import _engine, _errors, _events, _sql, _wake
-from alkstore.postgres import _notify, _pool
+from alkstore.postgres import _conn, _notify, _pool
 
 _PACKAGE = "alkstore.postgres"
 SEQUENCE_BATCH = 5_000
 LISTEN_POLL = 0.25  # seconds: how often the listener thread checks for close()
 
-_MISSING = (pg_errors.UndefinedTable, pg_errors.UndefinedFunction, pg_errors.InvalidSchemaName)
-
-
-def _translated(exc: psycopg.Error) -> _errors.AlkstoreError:
-    if isinstance(exc, _MISSING):
-        return _errors.NotMigrated()
-    return _errors.StorageError(f"{type(exc).__name__}: {exc}")
-
-
-@contextmanager
-def translate() -> Iterator[None]:
-    """Stop psycopg errors at the seam."""
-    try:
-        yield
-    except psycopg.Error as exc:
-        raise _translated(exc) from exc
+translate = _conn.translate
+_translated = _conn.translated
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
@@ -67,6 +52,8 @@ class PostgresEngine:
         self._url = url
         self._namespace = namespace
         self._q = _sql.queries(_PACKAGE, namespace)
+        self._append_name = f"_alkstore_append_{namespace}".encode()
+        self._append_sql = self._q["append_event"].encode()
         # at least 2: the sweep holds one connection while using another
         self._pool = _pool.Pool(url, max(2, pool_size), _configure)
         self._wake = _wake.Wake()
@@ -97,7 +84,7 @@ class PostgresEngine:
         return self._wake
 
     @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+    def connection(self) -> Iterator[_conn.Connection]:
         """A pooled autocommit connection."""
         if self._closed.is_set():
             raise _errors.AlkstoreError("the store is closed")
@@ -105,24 +92,22 @@ class PostgresEngine:
             yield conn
 
     @contextmanager
-    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        """BEGIN ... COMMIT on a pooled connection. Errors of the application's own
-        statements pass through unchanged; a failing BEGIN or COMMIT is a StorageError,
-        and a failing ROLLBACK never hides the exception that caused it."""
+    def transaction(self) -> Iterator[_conn.Connection]:
+        """BEGIN ... COMMIT on a pooled connection; events ride with COMMIT (_conn).
+
+        Errors of the application's own statements pass through unchanged; a failing
+        BEGIN or COMMIT (or event INSERT) is a StorageError or NotMigrated, and a
+        failing ROLLBACK never hides the exception that caused it."""
         with self.connection() as conn:
-            block = conn.transaction()
             with translate():
-                block.__enter__()
+                conn.begin()
             try:
                 yield conn
-            except BaseException as exc:
-                try:
-                    block.__exit__(type(exc), exc, exc.__traceback__)
-                except psycopg.Error:
-                    pass  # the connection is broken; the pool discards it
+            except BaseException:
+                conn.rollback_store()
                 raise
             with translate():
-                block.__exit__(None, None, None)
+                conn.commit_store()
 
     def committed(self) -> None:
         """Our own transaction committed something: wake listeners everywhere."""
@@ -163,7 +148,11 @@ class PostgresEngine:
     # -- the log ---------------------------------------------------------------------
 
     def insert_events(self, conn: Any, rows: Sequence[_engine.EventRow]) -> None:
-        insert(conn, self._q["insert_event"], rows)
+        """Inside `transaction()`: sent now, the reply read with COMMIT's (see _conn)."""
+        if conn.can_pipeline:
+            conn.append(self._append_name, self._append_sql, rows)
+        else:  # an old libpq, or inside the application's own psycopg pipeline
+            insert(conn, self._q["insert_event"], rows)
 
     def sequence(self) -> None:
         with self.connection() as conn, translate():

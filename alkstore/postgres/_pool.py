@@ -15,37 +15,35 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
 from alkstore import _errors
+from alkstore.postgres import _conn
 
 CHECKOUT_TIMEOUT = 30.0
 
 
 class Pool:
-    def __init__(
-        self, url: str, size: int, configure: Callable[[psycopg.Connection[Any]], None]
-    ) -> None:
+    def __init__(self, url: str, size: int, configure: Callable[[_conn.Connection], None]) -> None:
         self._url = url
         self._size = size
         self._configure = configure
-        self._idle: list[psycopg.Connection[Any]] = []
+        self._idle: list[_conn.Connection] = []
         self._count = 0  # open connections, idle or lent
         self._closed = False
         self._cond = threading.Condition()
 
     @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+    def connection(self) -> Iterator[_conn.Connection]:
         conn = self.get()
         try:
             yield conn
         finally:
             self.put(conn)
 
-    def get(self) -> psycopg.Connection[Any]:
+    def get(self) -> _conn.Connection:
         deadline = time.monotonic() + CHECKOUT_TIMEOUT
         with self._cond:
             while True:
@@ -64,7 +62,7 @@ class Pool:
                     )
                 self._cond.wait(remaining)
         try:
-            conn = psycopg.connect(self._url, autocommit=True)
+            conn = _conn.Connection.connect(self._url, autocommit=True)
             self._configure(conn)
             return conn
         except BaseException as exc:
@@ -75,12 +73,8 @@ class Pool:
                 raise _errors.StorageError(f"cannot connect to PostgreSQL: {exc}") from exc
             raise
 
-    def put(self, conn: psycopg.Connection[Any]) -> None:
-        reusable = (
-            not conn.closed
-            and not conn.broken
-            and conn.info.transaction_status == TransactionStatus.IDLE
-        )
+    def put(self, conn: _conn.Connection) -> None:
+        reusable = conn.reusable and conn.info.transaction_status == TransactionStatus.IDLE
         with self._cond:
             if reusable and not self._closed:
                 self._idle.append(conn)

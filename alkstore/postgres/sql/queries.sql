@@ -25,6 +25,10 @@ INSERT INTO {ns}.schema_migrations (version, name) VALUES (%s, %s)
 -- name: insert_event
 INSERT INTO {ns}.events (type, key, headers, payload) VALUES (%s, %s, %s::jsonb, %s::jsonb)
 
+-- name: append_event
+-- Prepared on libpq by store transactions (alkstore/postgres/_conn.py): $n placeholders.
+INSERT INTO {ns}.events (type, key, headers, payload) VALUES ($1, $2, $3::jsonb, $4::jsonb)
+
 -- name: sequence_events
 SELECT {ns}.sequence_events(%s)
 

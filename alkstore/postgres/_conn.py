@@ -1,0 +1,330 @@
+"""Pooled PostgreSQL connections on which an appended event costs no round trip.
+
+`store.transaction()` runs BEGIN and COMMIT itself, on libpq (psycopg's `pq`
+layer). `tx.append` sends its INSERT at once, in pipeline mode, as a prepared
+statement, and does not wait for the reply: the reply comes back with COMMIT's.
+So a business transaction with an event has the round trips of one without it,
+and the append costs microseconds of Python instead of a psycopg `execute`
+(docs/adr/0010 has the measurements).
+
+Nothing changes for the application's own statements. Before any other use of
+the connection (a cursor's execute, executemany, stream or copy, a nested
+`transaction()`, `pipeline()`), it *settles*: it reads the replies still in
+flight (one round trip) and leaves pipeline mode, so the application's
+statements run exactly as on a plain psycopg connection. The server receives
+every statement in the order it was sent, so a savepoint rolled back after an
+append takes the event with it. The one difference: an error of the INSERT
+itself (a namespace that was never migrated, say) is raised by that next use or
+by the commit, not by `tx.append`.
+
+psycopg drops every prepared statement of a session (DEALLOCATE ALL) after a
+ROLLBACK, DROP, ALTER or DISCARD ALL it runs; the connection watches for those
+and prepares its INSERT again, in the same pipeline, when it next needs it.
+"""
+
+from __future__ import annotations
+
+import re
+import select
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Self, overload
+
+import psycopg
+from psycopg import pq
+from psycopg.abc import Params, Query, QueryNoTemplate
+from psycopg.copy import Copy, Writer
+from psycopg.rows import Row, RowFactory, TupleRow, tuple_row
+
+from alkstore import _errors
+
+_MISSING = (
+    psycopg.errors.UndefinedTable,
+    psycopg.errors.UndefinedFunction,
+    psycopg.errors.InvalidSchemaName,
+)
+_MISSING_STATES = {"42P01", "42883", "3F000"}
+_DROPS_STATEMENTS = re.compile(r"^(?:DROP|ALTER|ROLLBACK|DISCARD ALL|DEALLOCATE)\b").match
+_OK = pq.ExecStatus.COMMAND_OK
+_SYNC = pq.ExecStatus.PIPELINE_SYNC
+PIPELINED = psycopg.capabilities.has_pipeline() and psycopg.capabilities.has_send_close_prepared()
+
+
+def translated(exc: psycopg.Error) -> _errors.AlkstoreError:
+    if isinstance(exc, _MISSING):
+        return _errors.NotMigrated()
+    return _errors.StorageError(f"{type(exc).__name__}: {exc}")
+
+
+@contextmanager
+def translate() -> Iterator[None]:
+    """Stop psycopg errors at the seam."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise translated(exc) from exc
+
+
+def _result_error(result: pq.abc.PGresult) -> _errors.AlkstoreError:
+    state = (result.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
+    if state in _MISSING_STATES:
+        return _errors.NotMigrated()
+    message = result.error_message.decode("utf-8", "replace").strip()
+    return _errors.StorageError(f"{message} (SQLSTATE {state})")
+
+
+class Connection(psycopg.Connection[TupleRow]):
+    """A psycopg connection that runs alkstore's transactions (see the module doc)."""
+
+    def __init__(self, pgconn: pq.abc.PGconn, row_factory: RowFactory[TupleRow] = tuple_row):
+        super().__init__(pgconn, row_factory)
+        self.cursor_factory = Cursor
+        self.server_cursor_factory = ServerCursor
+        self.in_store_transaction = False
+        self._alk_in_flight = False  # sent in pipeline mode, replies unread
+        self._alk_unsure = False  # an exchange was interrupted: the pool drops us
+        self._alk_ready = False  # our INSERT statement exists in the session
+
+    @property
+    def reusable(self) -> bool:
+        return not (self._alk_in_flight or self._alk_unsure or self.closed or self.broken)
+
+    @property
+    def can_pipeline(self) -> bool:
+        """Can `append` send now? Not on an old libpq or in the application's pipeline."""
+        return PIPELINED and (
+            self._alk_in_flight or self.pgconn.pipeline_status == pq.PipelineStatus.OFF
+        )
+
+    # -- alkstore's transaction ------------------------------------------------------
+
+    def begin(self) -> None:
+        self._alk_exchange(b"BEGIN")
+        self.in_store_transaction = True
+
+    def commit_store(self) -> None:
+        """COMMIT, with the replies of the INSERTs in flight."""
+        self.in_store_transaction = False
+        if not self._alk_in_flight:
+            self._alk_exchange(b"COMMIT")
+            return
+        self.pgconn.send_query_params(b"COMMIT", None)
+        error = self._alk_sync()
+        if error is not None:  # the INSERT failed, so COMMIT did not run
+            psycopg.Connection.rollback(self)
+            self._alk_ready = False
+            raise error
+
+    def rollback_store(self) -> None:
+        """Roll back (best effort: a broken connection is dropped by the pool)."""
+        self.in_store_transaction = False
+        self._alk_ready = False  # psycopg's rollback deallocates its statements
+        try:
+            if self._alk_in_flight:
+                self._alk_sync()
+            psycopg.Connection.rollback(self)
+        except (psycopg.Error, _errors.AlkstoreError):
+            self._alk_unsure = True
+
+    def append(self, name: bytes, query: bytes, rows: Sequence[Sequence[str | None]]) -> None:
+        """Send the INSERTs of `rows` without waiting for their replies."""
+        pgconn = self.pgconn
+        if not self._alk_in_flight:
+            pgconn.enter_pipeline_mode()
+            self._alk_in_flight = True
+        if not self._alk_ready:
+            pgconn.send_close_prepared(name)  # not an error when it does not exist
+            pgconn.send_prepare(name, query)
+            self._alk_ready = True
+        for row in rows:
+            pgconn.send_query_prepared(name, [None if v is None else v.encode() for v in row])
+        self._alk_flush()
+
+    def settle(self) -> None:
+        """Read the replies still in flight (one round trip); raise their first error."""
+        if self._alk_in_flight:
+            error = self._alk_sync()
+            if error is not None:
+                self._alk_ready = False
+                raise error
+
+    def statement_ran(self, statusmessage: str | None) -> None:
+        """After the application's statement: did psycopg deallocate everything?"""
+        if statusmessage and _DROPS_STATEMENTS(statusmessage):
+            self._alk_ready = False
+
+    # -- libpq exchanges -------------------------------------------------------------
+
+    def _alk_flush(self) -> None:
+        pgconn = self.pgconn
+        while pgconn.flush():
+            readable, _, _ = select.select([pgconn.socket], [pgconn.socket], [])
+            if readable:
+                pgconn.consume_input()  # let the server go on writing its replies
+
+    def _alk_next_result(self) -> pq.abc.PGresult | None:
+        pgconn = self.pgconn
+        while pgconn.is_busy():
+            select.select([pgconn.socket], [], [])
+            pgconn.consume_input()
+        return pgconn.get_result()
+
+    def _alk_exchange(self, command: bytes) -> None:
+        """One simple-protocol command, outside pipeline mode."""
+        self._alk_unsure = True
+        self.pgconn.send_query(command)
+        self._alk_flush()
+        error = None
+        while (result := self._alk_next_result()) is not None:
+            if result.status != _OK and error is None:
+                error = _result_error(result)
+        self._alk_unsure = False
+        if error is not None:
+            raise error
+
+    def _alk_sync(self) -> _errors.AlkstoreError | None:
+        """Sync the pipeline, read every reply, leave pipeline mode; the first error."""
+        self._alk_unsure = True
+        pgconn = self.pgconn
+        pgconn.pipeline_sync()
+        self._alk_flush()
+        error = None
+        while True:
+            result = self._alk_next_result()
+            if result is None:
+                continue  # the end of one query's results
+            if result.status == _SYNC:
+                break
+            if result.status == pq.ExecStatus.FATAL_ERROR and error is None:
+                error = _result_error(result)
+        pgconn.exit_pipeline_mode()
+        self._alk_in_flight = False
+        self._alk_unsure = False
+        return error
+
+    # -- the application's use of the connection ------------------------------------
+
+    @contextmanager
+    def transaction(
+        self, savepoint_name: str | None = None, force_rollback: bool = False
+    ) -> Iterator[psycopg.Transaction]:
+        self.settle()
+        with super().transaction(savepoint_name, force_rollback) as tx:
+            try:
+                yield tx
+            except BaseException:
+                if self._alk_in_flight:
+                    self._alk_sync()  # its error, if any, is rolled back with the savepoint
+                self._alk_ready = False  # psycopg deallocates its statements on rollback
+                raise
+            self.settle()  # before RELEASE: an error of an event INSERT rolls it back
+        if force_rollback:
+            self._alk_ready = False
+
+    @contextmanager
+    def pipeline(self) -> Iterator[psycopg.Pipeline]:
+        self.settle()
+        with super().pipeline() as pipeline:
+            yield pipeline
+
+    def commit(self) -> None:
+        if self.in_store_transaction:
+            raise psycopg.ProgrammingError(
+                "commit() is not allowed inside store.transaction(); it commits on exit"
+            )
+        super().commit()
+
+    def rollback(self) -> None:
+        if self.in_store_transaction:
+            raise psycopg.ProgrammingError(
+                "rollback() is not allowed inside store.transaction(); raise to roll back"
+            )
+        super().rollback()
+        self._alk_ready = False
+
+
+def _settle(cursor: psycopg.Cursor[Any]) -> None:
+    conn = cursor.connection
+    if isinstance(conn, Connection):
+        conn.settle()
+
+
+def _ran(cursor: psycopg.Cursor[Any]) -> None:
+    conn = cursor.connection
+    if isinstance(conn, Connection):
+        conn.statement_ran(cursor.statusmessage)
+
+
+class Cursor(psycopg.Cursor[Row]):
+    """The application's cursors: they settle events in flight before running."""
+
+    @overload
+    def execute(
+        self,
+        query: QueryNoTemplate,
+        params: Params | None = None,
+        *,
+        prepare: bool | None = None,
+        binary: bool | None = None,
+    ) -> Self: ...
+    @overload
+    def execute(
+        self, query: Query, *, prepare: bool | None = None, binary: bool | None = None
+    ) -> Self: ...
+    def execute(
+        self,
+        query: Query,
+        params: Params | None = None,
+        *,
+        prepare: bool | None = None,
+        binary: bool | None = None,
+    ) -> Self:
+        _settle(self)
+        run: Callable[..., Self] = super().execute  # one call for both overloads
+        try:
+            return run(query, params, prepare=prepare, binary=binary)
+        finally:
+            _ran(self)
+
+    def executemany(
+        self, query: Query, params_seq: Iterable[Params], *, returning: bool = False
+    ) -> None:
+        _settle(self)
+        try:
+            super().executemany(query, params_seq, returning=returning)
+        finally:
+            _ran(self)
+
+    def stream(
+        self,
+        query: Query,
+        params: Params | None = None,
+        *,
+        binary: bool | None = None,
+        size: int = 1,
+    ) -> Iterator[Row]:
+        _settle(self)
+        yield from super().stream(query, params, binary=binary, size=size)
+
+    @contextmanager
+    def copy(
+        self, statement: Query, params: Params | None = None, *, writer: Writer | None = None
+    ) -> Iterator[Copy]:
+        _settle(self)
+        with super().copy(statement, params, writer=writer) as copy:
+            yield copy
+
+
+class ServerCursor(psycopg.ServerCursor[Row]):
+    """Named cursors settle events in flight too."""
+
+    def execute(
+        self,
+        query: Query,
+        params: Params | None = None,
+        *,
+        binary: bool | None = None,
+        **kwargs: Any,
+    ) -> Self:
+        _settle(self)
+        return super().execute(query, params, binary=binary, **kwargs)
