@@ -110,20 +110,28 @@ class Connection(psycopg.Connection[TupleRow]):
             return
         self.pgconn.send_query_params(b"COMMIT", None)
         error = self._alk_sync()
-        if error is not None:  # the INSERT failed, so COMMIT did not run
-            psycopg.Connection.rollback(self)
+        if error is not None:  # an INSERT failed, so COMMIT did not run: roll back
             self._alk_ready = False
+            self._alk_rollback()
             raise error
 
     def rollback_store(self) -> None:
-        """Roll back (best effort: a broken connection is dropped by the pool)."""
+        """Roll back (best effort: a connection left unsure is dropped by the pool)."""
         self.in_store_transaction = False
         self._alk_ready = False  # psycopg's rollback deallocates its statements
+        if self._alk_in_flight and not self._alk_unsure:
+            try:
+                self._alk_sync()  # its error is moot: everything rolls back
+            except psycopg.Error:
+                self._alk_unsure = True
+        self._alk_rollback()
+
+    def _alk_rollback(self) -> None:
+        if self._alk_unsure:
+            return  # mid-exchange (interrupted): the pool closes it, the server rolls back
         try:
-            if self._alk_in_flight:
-                self._alk_sync()
             psycopg.Connection.rollback(self)
-        except (psycopg.Error, _errors.AlkstoreError):
+        except psycopg.Error:
             self._alk_unsure = True
 
     def append(self, name: bytes, query: bytes, rows: Sequence[Sequence[str | None]]) -> None:

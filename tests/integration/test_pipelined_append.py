@@ -233,3 +233,17 @@ def test_commit_and_rollback_are_the_store_transactions_own(pg_store: alkstore.S
         with pytest.raises(psycopg.ProgrammingError, match=r"store\.transaction"):
             tx.connection.rollback()
     assert seqs(pg_store) == [1]
+
+
+def test_a_backend_killed_with_events_in_flight_fails_the_commit_not_the_pool(
+    pg_backend: Backend, pg_store: alkstore.Store
+) -> None:
+    with pytest.raises(alkstore.StorageError), pg_store.transaction() as tx:
+        tx.connection.execute(f"INSERT INTO {pg_backend.namespace}_orders VALUES (1)")
+        tx.append(Written(writer=1, seq=1))
+        with psycopg.connect(pg_backend.url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (tx.connection.info.backend_pid,))
+    with pg_store.transaction() as tx:  # a fresh connection
+        tx.append(Written(writer=1, seq=2))
+    assert seqs(pg_store) == [2]
+    assert orders(pg_store) == []
