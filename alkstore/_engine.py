@@ -112,6 +112,12 @@ class Engine(Protocol):
         """Run a named query inside the transaction open on `conn`."""
         ...
 
+    def run_many_in(
+        self, conn: Any, name: str, params_seq: Sequence[dict[str, Any]]
+    ) -> list[list[tuple[Any, ...]]]:
+        """Run a named query once per params inside the transaction on `conn`; rows of each."""
+        ...
+
     def sweep_lock(self, now_ms: int) -> AbstractContextManager[bool]:
         """Hold the namespace's sweep lock for the block; yields False if another holds it."""
         ...

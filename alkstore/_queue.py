@@ -255,13 +255,15 @@ class Queue:
     ) -> list[int | None]:
         """Enqueue several jobs in one transaction, all with the same options."""
         batch = [enqueue_params(self._rt, self.name, p, **options) for p in payloads]
-        ids: list[int | None] = []
-        with self._engine.transaction() as conn:
-            for params in batch:
-                rows = self._engine.run_in(conn, enqueue_query(params), params)
-                ids.append(check_duplicate(rows, params, on_duplicate))
-        if batch:
-            self._engine.committed()
+        if not batch:
+            return []
+        with self._engine.transaction() as conn:  # options are shared: one query for all
+            results = self._engine.run_many_in(conn, enqueue_query(batch[0]), batch)
+            ids = [
+                check_duplicate(rows, params, on_duplicate)
+                for rows, params in zip(results, batch, strict=True)
+            ]
+        self._engine.committed()
         return ids
 
     # -- consuming -------------------------------------------------------------------

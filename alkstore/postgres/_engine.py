@@ -209,6 +209,20 @@ class PostgresEngine:
             cursor = conn.execute(self._q[name], params)
             return cursor.fetchall() if cursor.description else []
 
+    def run_many_in(
+        self, conn: Any, name: str, params_seq: Sequence[dict[str, Any]]
+    ) -> list[list[tuple[Any, ...]]]:
+        """One psycopg executemany (pipelined: one round trip for the batch)."""
+        if not params_seq:
+            return []
+        with translate():
+            cursor = conn.cursor()
+            cursor.executemany(self._q[name], params_seq, returning=True)
+            results = [cursor.fetchall() if cursor.description else []]
+            while cursor.nextset():
+                results.append(cursor.fetchall() if cursor.description else [])
+            return results
+
     @contextmanager
     def sweep_lock(self, now_ms: int) -> Iterator[bool]:
         with self.connection() as conn, translate():

@@ -231,6 +231,11 @@ class SqliteEngine:
         with _translate(conn, self._namespace):
             return conn.execute(self._q[name], params).fetchall()  # type: ignore[no-any-return]
 
+    def run_many_in(
+        self, conn: Any, name: str, params_seq: Sequence[dict[str, Any]]
+    ) -> list[list[tuple[Any, ...]]]:
+        return [self.run_in(conn, name, params) for params in params_seq]
+
     @contextmanager
     def sweep_lock(self, now_ms: int) -> Iterator[bool]:
         """A lease row in the locks table (SQLite has no advisory locks)."""

@@ -134,6 +134,20 @@ def test_dedupe_key_while_live(qstore: alkstore.Store) -> None:
     assert q.enqueue("d", dedupe_key="k") is not None  # free again once finished
 
 
+def test_enqueue_many_is_one_transaction_with_dedupe(qstore: alkstore.Store) -> None:
+    q = qstore.queue("batch")
+    assert q.enqueue_many([]) == []
+    ids = q.enqueue_many(["a", "b", "c"])
+    assert len(set(ids)) == 3 and all(isinstance(i, int) for i in ids)
+    assert [job.payload for job in q.claim_many(3)] == ["a", "b", "c"]
+    with pytest.raises(alkstore.DuplicateJob):
+        q.enqueue_many(["d", "e"], dedupe_key="k")  # the second is a duplicate of the first
+    assert q.stats().ready == 0, "a duplicate rolls the whole batch back"
+    first, second = q.enqueue_many(["d", "e"], dedupe_key="k", on_duplicate="ignore")
+    assert isinstance(first, int) and second is None
+    assert q.stats().ready == 1
+
+
 def test_retry_follows_the_configured_curve(qstore: alkstore.Store, clock: Clock) -> None:
     q = qstore.queue("curve")
     q.configure(max_attempts=6, backoff=alkstore.Linear(initial=2, increment=3, max=9))
