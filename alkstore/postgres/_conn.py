@@ -135,7 +135,10 @@ class Connection(psycopg.Connection[TupleRow]):
             self._alk_unsure = True
 
     def append(self, name: bytes, query: bytes, rows: Sequence[Sequence[str | None]]) -> None:
-        """Send the INSERTs of `rows` without waiting for their replies."""
+        """Queue the INSERTs of `rows`; they go out, in order, with whatever comes next.
+
+        libpq sends its buffer on its own once it grows large; otherwise the next
+        settle or COMMIT flushes it, so a lone append costs no extra write."""
         pgconn = self.pgconn
         if not self._alk_in_flight:
             pgconn.enter_pipeline_mode()
@@ -146,7 +149,6 @@ class Connection(psycopg.Connection[TupleRow]):
             self._alk_ready = True
         for row in rows:
             pgconn.send_query_prepared(name, [None if v is None else v.encode() for v in row])
-        self._alk_flush()
 
     def settle(self) -> None:
         """Read the replies still in flight (one round trip); raise their first error."""
