@@ -12,18 +12,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from functools import cached_property
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, Protocol
 
 from alkstore import _errors, _events, _wake
 
+EventRow = tuple[str, str | None, str | None, str]
+"""An encoded event ready to insert: (type, key, headers JSON, payload JSON).
 
-class EventRow(NamedTuple):
-    """An encoded event ready to insert (a NamedTuple: built on the append hot path)."""
-
-    type: str
-    key: str | None
-    headers: str | None  # JSON text
-    payload: str  # JSON text
+A plain tuple, not a NamedTuple: built and bound on the append hot path, where a
+NamedTuple cost apsw about 0.5 µs more per row (a sixth of our layer's cost)."""
 
 
 class LogEntry:
@@ -137,7 +134,7 @@ def batched_rows(
     encoded_headers = raw_headers.decode() if raw_headers is not None else None
     for event in events:
         name, payload = codec.encode(event)
-        yield EventRow(name, key, encoded_headers, payload.decode())
+        yield (name, key, encoded_headers, payload.decode())
 
 
 def check_key(key: object) -> str | None:

@@ -371,11 +371,7 @@ def tick(rt: _queue.Runtime, lease: Any = None, limit: int = 100) -> int:
                         "alkstore-boundary": _jobs.from_ms(boundary).isoformat(),
                     }
                     encoded = _events.codec.encode_value(headers).decode()
-                    rows.append(
-                        _engine.EventRow(
-                            schedule.event_type, schedule.key, encoded, schedule.payload
-                        )
-                    )
+                    rows.append((schedule.event_type, schedule.key, encoded, schedule.payload))
             if rows:
                 engine.insert_events(conn, rows)
         if rows:

@@ -40,13 +40,17 @@ class Transaction:
         key: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
-        """Append one event; it becomes visible in the log when the transaction commits."""
+        """Append one event; it becomes visible in the log when the transaction commits.
+
+        Encoding errors raise here. On PostgreSQL the INSERT travels with your next
+        statement or with COMMIT (no round trip of its own), so a database error of
+        the INSERT itself raises there (docs/adr/0010)."""
         if not self._open:
             raise RuntimeError("this transaction has ended")
         codec = _events.codec
         name, payload = codec.encode(event)
         raw_headers = codec.encode_headers(headers) if headers else None
-        row = _engine.EventRow(
+        row: _engine.EventRow = (
             name,
             _engine.check_key(key),
             raw_headers.decode() if raw_headers is not None else None,

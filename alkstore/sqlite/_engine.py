@@ -176,7 +176,13 @@ class SqliteEngine:
     # -- the log ---------------------------------------------------------------------
 
     def insert_events(self, conn: Any, rows: Sequence[_engine.EventRow]) -> None:
-        insert_rows(conn, self._namespace, rows)
+        try:  # insert_rows, inlined: this is the append hot path
+            if len(rows) == 1:
+                conn.execute(self._q["insert_event"], rows[0])
+            else:
+                conn.executemany(self._q["insert_event"], rows)
+        except apsw.Error as exc:
+            raise _storage_error(conn, self._namespace, exc) from exc
 
     def read(self, after: int, limit: int) -> list[_engine.LogEntry]:
         decode_headers = _events.codec.decode_headers
