@@ -92,9 +92,7 @@ class Connection(psycopg.Connection[TupleRow]):
     @property
     def can_pipeline(self) -> bool:
         """Can `append` send now? Not on an old libpq or in the application's pipeline."""
-        return PIPELINED and (
-            self._alk_in_flight or self.pgconn.pipeline_status == pq.PipelineStatus.OFF
-        )
+        return PIPELINED and (self._alk_in_flight or not self.pgconn.pipeline_status)
 
     # -- alkstore's transaction ------------------------------------------------------
 
