@@ -104,7 +104,13 @@ class Connection(psycopg.Connection[TupleRow]):
         """COMMIT, with the replies of the INSERTs in flight."""
         self.in_store_transaction = False
         if not self._alk_in_flight:
-            self._alk_exchange(b"COMMIT")
+            if self._alk_exchange(b"COMMIT") == b"ROLLBACK":
+                # PostgreSQL answers COMMIT of a failed transaction with ROLLBACK and
+                # no error; psycopg passes that on silently. Nothing was committed.
+                raise _errors.StorageError(
+                    "the transaction was rolled back, not committed: a statement in it "
+                    "failed (an error caught without a savepoint aborts the transaction)"
+                )
             return
         self.pgconn.send_query_params(b"COMMIT", None)
         error = self._alk_sync()
@@ -177,18 +183,20 @@ class Connection(psycopg.Connection[TupleRow]):
             pgconn.consume_input()
         return pgconn.get_result()
 
-    def _alk_exchange(self, command: bytes) -> None:
-        """One simple-protocol command, outside pipeline mode."""
+    def _alk_exchange(self, command: bytes) -> bytes | None:
+        """One simple-protocol command, outside pipeline mode; its command tag."""
         self._alk_unsure = True
         self.pgconn.send_query(command)
         self._alk_flush()
-        error = None
+        error = tag = None
         while (result := self._alk_next_result()) is not None:
+            tag = result.command_status
             if result.status != _OK and error is None:
                 error = _result_error(result)
         self._alk_unsure = False
         if error is not None:
             raise error
+        return tag
 
     def _alk_sync(self) -> _errors.AlkstoreError | None:
         """Sync the pipeline, read every reply, leave pipeline mode; the first error."""
@@ -222,7 +230,10 @@ class Connection(psycopg.Connection[TupleRow]):
                 yield tx
             except BaseException:
                 if self._alk_in_flight:
-                    self._alk_sync()  # its error, if any, is rolled back with the savepoint
+                    try:
+                        self._alk_sync()  # its error, if any, goes with the savepoint
+                    except psycopg.Error:
+                        self._alk_unsure = True  # broken: the pool drops it
                 self._alk_ready = False  # psycopg deallocates its statements on rollback
                 raise
             self.settle()  # before RELEASE: an error of an event INSERT rolls it back

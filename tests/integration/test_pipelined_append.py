@@ -247,3 +247,21 @@ def test_a_backend_killed_with_events_in_flight_fails_the_commit_not_the_pool(
         tx.append(Written(writer=1, seq=2))
     assert seqs(pg_store) == [2]
     assert orders(pg_store) == []
+
+
+def test_a_transaction_aborted_by_a_caught_error_does_not_report_a_commit(
+    pg_store: alkstore.Store,
+) -> None:
+    """PostgreSQL answers COMMIT of a failed transaction with ROLLBACK, no error;
+    store.transaction() raises instead of returning as if it had committed."""
+    ns = pg_store.namespace
+    with pytest.raises(alkstore.StorageError, match="rolled back"), pg_store.transaction() as tx:
+        tx.connection.execute(f"INSERT INTO {ns}_orders VALUES (1)")
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            tx.connection.execute("SELECT 1 / 0")  # caught, no savepoint: aborts the tx
+    with pytest.raises(alkstore.StorageError, match="aborted"), pg_store.transaction() as tx:
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            tx.connection.execute("SELECT 1 / 0")
+        tx.append(Written(writer=1, seq=1))  # its INSERT fails: the transaction is aborted
+    assert orders(pg_store) == []
+    assert seqs(pg_store) == []
