@@ -73,6 +73,22 @@ def _result_error(result: pq.abc.PGresult) -> _errors.AlkstoreError:
     return _errors.StorageError(f"{message} (SQLSTATE {state})")
 
 
+if hasattr(select, "poll"):
+
+    def _wait(fd: int, *, writing: bool) -> bool:
+        """Block (without the GIL) until `fd` is readable, or writable too if `writing`;
+        True if it is readable. poll, not select: select fails on descriptors >= 1024."""
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | (select.POLLOUT if writing else 0))
+        return any(mask & ~select.POLLOUT for _, mask in poller.poll())
+
+else:  # Windows: select takes sockets of any number
+
+    def _wait(fd: int, *, writing: bool) -> bool:
+        readable, _, _ = select.select([fd], [fd] if writing else [], [])
+        return bool(readable)
+
+
 class Connection(psycopg.Connection[TupleRow]):
     """A psycopg connection that runs alkstore's transactions (see the module doc)."""
 
@@ -172,14 +188,13 @@ class Connection(psycopg.Connection[TupleRow]):
     def _alk_flush(self) -> None:
         pgconn = self.pgconn
         while pgconn.flush():
-            readable, _, _ = select.select([pgconn.socket], [pgconn.socket], [])
-            if readable:
+            if _wait(pgconn.socket, writing=True):
                 pgconn.consume_input()  # let the server go on writing its replies
 
     def _alk_next_result(self) -> pq.abc.PGresult | None:
         pgconn = self.pgconn
         while pgconn.is_busy():
-            select.select([pgconn.socket], [], [])
+            _wait(pgconn.socket, writing=False)
             pgconn.consume_input()
         return pgconn.get_result()
 

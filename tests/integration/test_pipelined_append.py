@@ -8,6 +8,8 @@ itself fails, and a pool connection that comes back clean (docs/adr/0010).
 
 from __future__ import annotations
 
+import os
+import resource
 from collections.abc import Iterator
 from typing import Any
 
@@ -343,3 +345,26 @@ def test_random_transactions_match_a_model(
     entries = pg_store.log.read(after=before, limit=10_000)
     assert [e.payload.seq for e in entries if isinstance(e.payload, Written)] == expected
     assert len(entries) == len(expected)
+
+
+def test_sockets_numbered_past_1024_work(pg_backend: Backend) -> None:
+    """select() cannot wait on descriptors >= 1024; an application with many open
+    files must still be able to append."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 2048), hard))
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        store = pg_backend.connect(pool_size=2)
+        try:
+            store.migrate()
+            with store.transaction() as tx:
+                assert tx.connection.fileno() >= 1024
+                tx.append(Written(writer=1, seq=1))
+            assert seqs(store) == [1]
+        finally:
+            store.close()
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
