@@ -258,8 +258,12 @@ class Connection(psycopg.Connection[TupleRow]):
     @contextmanager
     def pipeline(self) -> Iterator[psycopg.Pipeline]:
         self.settle()
-        with super().pipeline() as pipeline:
-            yield pipeline
+        try:
+            with super().pipeline() as pipeline:
+                yield pipeline
+        finally:
+            # Statement tags arrive after the statements there: assume the worst.
+            self._alk_ready = False
 
     def commit(self) -> None:
         if self.in_store_transaction:

@@ -275,7 +275,7 @@ def test_a_transaction_aborted_by_a_caught_error_does_not_report_a_commit(
 # No user DEALLOCATE ALL here: psycopg 3.3 notices only the first one on a connection
 # and then fails its own prepared statements (a psycopg bug, with or without
 # alkstore); test_appends_survive_psycopg_dropping_every_prepared_statement covers ours.
-SIMPLE_OPS = ["append", "append_many", "select", "prepared_select", "drop"]
+SIMPLE_OPS = ["append", "append_many", "select", "prepared_select", "drop", "pipeline_drop"]
 savepoint = st.tuples(
     st.just("savepoint"), st.lists(st.sampled_from(SIMPLE_OPS), max_size=4), st.booleans()
 )
@@ -317,6 +317,10 @@ def test_random_transactions_match_a_model(
         elif op == "drop":
             conn.execute(f"CREATE TABLE {ns}.scratch ()")
             conn.execute(f"DROP TABLE {ns}.scratch")
+        elif op == "pipeline_drop":  # the same inside the application's own pipeline
+            with conn.pipeline():
+                conn.execute(f"CREATE TABLE {ns}.scratch ()")
+                conn.execute(f"DROP TABLE {ns}.scratch")
 
     for ops, commit in transactions:
         pending: list[int] = []
