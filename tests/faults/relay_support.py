@@ -9,11 +9,7 @@ subscription matches it, and no rolled-back event may be a job anywhere.
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -21,12 +17,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import alkstore
 from tests.conftest import Backend
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.faults.processes import CliProcess
 
 EVERYTHING = "everything"  # subscribed to "*"
 CHARGES = "charges"  # subscribed to a subset: charge events only
@@ -66,8 +61,10 @@ def subscribe(store: alkstore.Store, *, probes: bool = False) -> None:
 # -- relay processes --------------------------------------------------------------------
 
 
-class RelayProcess:
+class RelayProcess(CliProcess):
     """One `alkstore relay` subprocess with its output in a log file."""
+
+    started_marker = "relay starting"
 
     def __init__(
         self,
@@ -78,75 +75,15 @@ class RelayProcess:
         batch: int | None,
         env: dict[str, str] | None = None,
     ) -> None:
-        self.log_path = log_path
-        args = [
-            sys.executable,
-            "-m",
-            "relay.cli",
-            "relay",
-            "--db",
-            backend.url,
-            "--namespace",
-            backend.namespace,
-            "--lease-ttl",
-            str(lease_ttl),
-        ]
+        args = ["--db", backend.url, "--namespace", backend.namespace]
+        args += ["--lease-ttl", str(lease_ttl)]
         if batch is not None:
             args += ["--batch", str(batch)]
-        env = {k: v for k, v in os.environ.items() if k != "ALKSTORE_DB"} | (env or {})
-        self._log: IO[bytes] = open(log_path, "wb")  # closed in close()
-        self.proc = subprocess.Popen(
-            args, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT
-        )
-        self.started = time.monotonic()
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        super().__init__("relay", args, log_path, env)
 
     def was_active(self) -> bool:
         """The relay logged that it took the lease."""
         return "relay is active" in self.output()
-
-    def describe(self) -> str:
-        tail = "\n".join(self.output().splitlines()[-15:])
-        return f"relay pid {self.pid} (exit {self.proc.poll()}), last output:\n{tail}"
-
-    def kill(self) -> None:
-        """SIGKILL (the relay gets no chance to clean up) and reap."""
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def terminate(self, timeout: float = 30) -> int:
-        """SIGTERM (a clean stop: the relay releases its lease) and reap; the exit code.
-
-        Waits until the relay has started (logged "relay starting"): before that its
-        signal handlers are not installed yet and SIGTERM ends it with -15."""
-        deadline = time.monotonic() + timeout
-        while (
-            self.proc.poll() is None
-            and "relay starting" not in self.output()
-            and time.monotonic() < deadline
-        ):
-            time.sleep(0.05)
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=timeout)
-
-    def close(self) -> None:
-        try:
-            if self.proc.poll() is None:
-                self.proc.kill()
-            self.proc.wait(timeout=30)
-        finally:
-            self._log.close()
 
 
 class Fleet:

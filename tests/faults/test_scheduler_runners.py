@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -25,7 +23,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 
@@ -34,8 +32,8 @@ import relay
 from alkstore._schedules import next_after
 from tests.conftest import Backend
 from tests.events import OrderPlaced
+from tests.faults.processes import CliProcess
 
-ROOT = Path(__file__).resolve().parents[2]
 LEASE_TTL = 1.0
 TAKEOVER_BOUND = 15.0  # seconds from a kill to a new live holder (3 x ttl + a loaded machine)
 LEADER_WAIT = 30.0  # processes may start slowly on a busy machine
@@ -51,63 +49,12 @@ SCHEDULES: dict[str, dict[str, Any]] = {
 }
 
 
-class Runner:
+class Runner(CliProcess):
     """One `alkstore scheduler` or `alkstore relay` subprocess, its output in a log file."""
 
     def __init__(self, backend: Backend, kind: str, log_path: Path) -> None:
-        self.kind = kind
-        self.log_path = log_path
-        args = [
-            sys.executable,
-            "-m",
-            "relay.cli",
-            kind,
-            "--db",
-            backend.url,
-            "--namespace",
-            backend.namespace,
-            "--lease-ttl",
-            str(LEASE_TTL),
-        ]
-        env = {k: v for k, v in os.environ.items() if k != "ALKSTORE_DB"}
-        self._log: IO[bytes] = open(log_path, "wb")  # closed in close()
-        self.proc = subprocess.Popen(
-            args, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def describe(self) -> str:
-        tail = "\n".join(self.output().splitlines()[-15:])
-        return f"{self.kind} pid {self.pid} (exit {self.proc.poll()}), last output:\n{tail}"
-
-    def kill(self) -> None:
-        """SIGKILL (no clean-up at all) and reap."""
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def terminate(self, timeout: float = 30) -> int:
-        """SIGTERM (a clean stop) and reap; the exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=timeout)
-
-    def close(self) -> None:
-        try:
-            if self.proc.poll() is None:
-                self.proc.kill()
-            self.proc.wait(timeout=30)
-        finally:
-            self._log.close()
+        args = ["--db", backend.url, "--namespace", backend.namespace]
+        super().__init__(kind, [*args, "--lease-ttl", str(LEASE_TTL)], log_path)
 
 
 class Runners:

@@ -19,19 +19,17 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 import alkstore
 from tests.conftest import Backend
+from tests.faults.processes import CliProcess
 
-ROOT = Path(__file__).resolve().parents[2]
 TARGET = "tests.faults.slow_jobs:worker"
 QUEUE = "slow"  # slow_jobs.QUEUE (importing that module would connect to a database)
 JOBS = 40
@@ -56,29 +54,11 @@ def read_records(path: Path) -> list[Record]:
     return [Record(*map(int, line.split())) for line in path.read_text().splitlines() if line]
 
 
-class WorkerProcess:
+class WorkerProcess(CliProcess):
     """One `alkstore worker` subprocess with its output in a log file."""
 
     def __init__(self, args: list[str], env: dict[str, str], log_path: Path) -> None:
-        self.log_path = log_path
-        self._log: IO[bytes] = open(log_path, "wb")  # closed in close()
-        self.proc = subprocess.Popen(
-            args, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def describe(self) -> str:
-        tail = "\n".join(self.output().splitlines()[-20:])
-        return f"worker pid {self.pid} (exit {self.proc.poll()}), last output:\n{tail}"
+        super().__init__("worker", args, log_path, env)
 
     def signal(self, signum: int) -> None:
         assert self.alive(), self.describe()
@@ -101,14 +81,6 @@ class WorkerProcess:
         assert match, f"no 'worker stopped' line\n{self.describe()}"
         counters: dict[str, int] = ast.literal_eval(match.group(1))
         return counters
-
-    def close(self) -> None:
-        try:
-            if self.proc.poll() is None:
-                self.proc.kill()
-            self.proc.wait(timeout=30)
-        finally:
-            self._log.close()
 
 
 class Workers:
@@ -139,7 +111,7 @@ class Workers:
             SLOW_JOBS_VISIBILITY=str(visibility),
             SLOW_JOBS_CONCURRENCY=str(CONCURRENCY),
         )
-        args = [sys.executable, "-m", "relay.cli", "worker", TARGET, "--db", self.backend.url]
+        args = [TARGET, "--db", self.backend.url]
         if once:
             args.append("--once")
         log_path = self.tmp / f"worker-{len(self.all)}.log"
