@@ -177,6 +177,21 @@ def prepared_names(conn: psycopg.Connection[object]) -> set[str]:
     return {row[0] for row in conn.execute("SELECT name FROM pg_prepared_statements")}  # type: ignore[index]
 
 
+def test_a_drop_in_the_applications_pipeline(pg_store: alkstore.Store) -> None:
+    """A DROP's tag comes back after the statement inside a pipeline; psycopg drops
+    its prepared statements then, so the event INSERT is prepared again after it."""
+    ns = pg_store.namespace
+    with pg_store.transaction() as tx:
+        tx.append(Written(writer=1, seq=1))
+        tx.connection.execute("SELECT 1", prepare=True)  # psycopg now has a statement
+        with tx.connection.pipeline():
+            tx.connection.execute(f"CREATE TABLE {ns}.scratch ()")
+            tx.connection.execute(f"DROP TABLE {ns}.scratch")
+        tx.connection.execute("SELECT 2")  # psycopg sends its DEALLOCATE ALL around here
+        tx.append(Written(writer=1, seq=2))
+    assert seqs(pg_store) == [1, 2]
+
+
 @pytest.mark.parametrize(
     "drop_all",
     ["savepoint rollback", "DEALLOCATE ALL", "DROP", "store rollback"],
@@ -275,7 +290,9 @@ def test_a_transaction_aborted_by_a_caught_error_does_not_report_a_commit(
 # No user DEALLOCATE ALL here: psycopg 3.3 notices only the first one on a connection
 # and then fails its own prepared statements (a psycopg bug, with or without
 # alkstore); test_appends_survive_psycopg_dropping_every_prepared_statement covers ours.
-SIMPLE_OPS = ["append", "append_many", "select", "prepared_select", "drop", "pipeline_drop"]
+# Nor a DROP inside the application's pipeline: psycopg 3.3's own prepared
+# statements break after that too; test_a_drop_in_the_applications_pipeline covers ours.
+SIMPLE_OPS = ["append", "append_many", "select", "prepared_select", "drop", "pipeline_select"]
 savepoint = st.tuples(
     st.just("savepoint"), st.lists(st.sampled_from(SIMPLE_OPS), max_size=4), st.booleans()
 )
@@ -285,7 +302,7 @@ transaction = st.tuples(
 
 
 @settings(
-    max_examples=60,
+    max_examples=150,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -317,10 +334,10 @@ def test_random_transactions_match_a_model(
         elif op == "drop":
             conn.execute(f"CREATE TABLE {ns}.scratch ()")
             conn.execute(f"DROP TABLE {ns}.scratch")
-        elif op == "pipeline_drop":  # the same inside the application's own pipeline
+        elif op == "pipeline_select":  # the application's own pipeline
             with conn.pipeline():
-                conn.execute(f"CREATE TABLE {ns}.scratch ()")
-                conn.execute(f"DROP TABLE {ns}.scratch")
+                conn.execute("SELECT 1")
+                conn.execute("SELECT 3")
 
     for ops, commit in transactions:
         pending: list[int] = []
