@@ -1,8 +1,9 @@
 """Pooled PostgreSQL connections on which an appended event costs no round trip.
 
 `store.transaction()` runs BEGIN and COMMIT itself, on libpq (psycopg's `pq`
-layer). `tx.append` sends its INSERT at once, in pipeline mode, as a prepared
-statement, and does not wait for the reply: the reply comes back with COMMIT's.
+layer). `tx.append` queues an Execute of a prepared INSERT in pipeline mode and
+does not wait: it goes out with COMMIT (or the next statement), and its reply
+comes back with COMMIT's.
 So a business transaction with an event has the round trips of one without it,
 and the append costs microseconds of Python instead of a psycopg `execute`
 (docs/adr/0010 has the measurements).
@@ -19,7 +20,8 @@ by the commit, not by `tx.append`.
 
 psycopg drops every prepared statement of a session (DEALLOCATE ALL) after a
 ROLLBACK, DROP, ALTER or DISCARD ALL it runs; the connection watches for those
-and prepares its INSERT again, in the same pipeline, when it next needs it.
+(and assumes the worst after the application's own pipeline) and prepares its
+INSERT again, in the same pipeline, when it next needs it.
 """
 
 from __future__ import annotations
