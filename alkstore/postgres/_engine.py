@@ -192,12 +192,14 @@ class PostgresEngine:
 
     def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         # The hot path (claim, ack, enqueue): one autocommit statement on a pooled
-        # connection, without the context managers of connection() and translate().
+        # connection, without the context managers of connection() and translate(),
+        # and on psycopg's own cursor: outside a store transaction nothing is in
+        # flight, and our queries never make psycopg drop its prepared statements.
         if self._closed.is_set():
             raise _errors.AlkstoreError("the store is closed")
         conn = self._pool.get()
         try:
-            cursor = conn.execute(self._q[name], params)
+            cursor = psycopg.Cursor(conn).execute(self._q[name], params)
             return cursor.fetchall() if cursor.description else []
         except psycopg.Error as exc:
             raise _translated(exc) from exc
