@@ -14,6 +14,7 @@ import weakref
 from typing import Any, LiteralString
 
 import psycopg
+from psycopg import pq
 from psycopg.pq import TransactionStatus
 
 WATCH_POLL = 0.001  # seconds between checks of caller-owned connections' transactions
@@ -30,7 +31,7 @@ class Notifier:
     ) -> None:
         self.key = key
         self._url = url
-        self._query = query
+        self._query = query.encode()
         self._closed = closed
         self._signal = threading.Event()
         self._commit_pending = False
@@ -103,27 +104,41 @@ class Notifier:
 
     def _run(self) -> None:
         conn: psycopg.Connection[Any] | None = None
-        last = 0.0
         while True:
             self._signal.wait(WATCH_POLL if self._watched else None)
-            gap = last + NOTIFY_GAP - time.monotonic()
-            if gap > 0:  # under load: one NOTIFY per gap covers every commit in it
-                self._closed.wait(gap)
             self._signal.clear()
             if self._due():  # announced even when closing: the commit happened
-                last = time.monotonic()
-                try:
-                    if conn is None or conn.closed:
-                        conn = psycopg.connect(self._url, autocommit=True)
-                        # NOTIFY assigns an xid, so it commits: a hint needs no WAL flush
-                        conn.execute("SET synchronous_commit TO off")
-                    conn.execute(self._query)
-                except psycopg.Error:
-                    conn = None  # listeners' re-poll covers the gap; retry on the next commit
+                conn = self._notify(conn)
+                # Under load one NOTIFY per gap covers every commit in it. Sleeping
+                # here, not on the signal, keeps a busy cycle at one wake-up and
+                # makes a committer's `signal.set()` meanwhile wake nobody.
+                self._closed.wait(NOTIFY_GAP)
             if self._closed.is_set():
                 break
         if conn is not None:
             conn.close()
+
+    def _notify(self, conn: psycopg.Connection[Any] | None) -> psycopg.Connection[Any] | None:
+        """Send one NOTIFY; the connection to use next time (None: reconnect then).
+
+        A connection found broken (the server restarted, or an operator terminated
+        it) is replaced at once and the NOTIFY sent again, so the commit that found
+        it broken still wakes its listeners."""
+        for _ in range(2):
+            try:
+                if conn is None or conn.closed:
+                    conn = psycopg.connect(self._url, autocommit=True)
+                    # NOTIFY assigns an xid, so it commits: a hint needs no WAL flush
+                    conn.execute("SET synchronous_commit TO off")
+                # libpq directly (it releases the GIL): a third of a psycopg execute's CPU
+                if conn.pgconn.exec_(self._query).status == pq.ExecStatus.TUPLES_OK:
+                    return conn
+            except psycopg.Error:
+                pass
+            if conn is not None:
+                conn.close()
+            conn = None
+        return None  # listeners' re-poll covers the gap; we retry on the next commit
 
 
 _notifiers: weakref.WeakSet[Notifier] = weakref.WeakSet()
