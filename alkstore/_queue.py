@@ -93,6 +93,27 @@ def encode_payload(payload: object, limit: int) -> tuple[str | None, str]:
     return type_name, raw.decode()
 
 
+def plain_params(runtime: Runtime, queue: str, payload: object) -> dict[str, Any]:
+    """One job with every option at its default (the hot path: `queue` already checked)."""
+    now = int(runtime.clock() * 1000)
+    type_name, raw = encode_payload(payload, runtime.max_payload_bytes)
+    return {
+        "queue": queue,
+        "priority": 0,
+        "visible_at": now,
+        "now": now,
+        "expires_at": None,
+        "max_attempts": None,
+        "backoff": None,
+        "dedupe_key": None,
+        "type": type_name,
+        "key": None,
+        "position": None,
+        "headers": None,
+        "payload": raw,
+    }
+
+
 def enqueue_params(
     runtime: Runtime,
     queue: str,
@@ -109,33 +130,28 @@ def enqueue_params(
 ) -> dict[str, Any]:
     """Validate and encode one job; raises before anything touches the database."""
     _config.check_name("queue", queue)
-    now = runtime.now_ms()
     if delay is not None and run_at is not None:
         raise _errors.InvalidArgument("pass delay or run_at, not both")
-    visible_at = now
-    if delay is not None:
-        visible_at = now + int(seconds("delay", delay) * 1000)
-    elif run_at is not None:
-        visible_at = _instant_ms("run_at", run_at, 0)  # epoch seconds or a datetime
     if dedupe_key is not None and (not isinstance(dedupe_key, str) or not dedupe_key):
         raise _errors.InvalidArgument(f"dedupe_key must be a non-empty str, got {dedupe_key!r}")
-    type_name, raw = encode_payload(payload, runtime.max_payload_bytes)
+    params = plain_params(runtime, queue, payload)
+    now = params["now"]
+    if delay is not None:
+        params["visible_at"] = now + int(seconds("delay", delay) * 1000)
+    elif run_at is not None:
+        params["visible_at"] = _instant_ms("run_at", run_at, 0)  # epoch seconds or a datetime
+    params["priority"] = _whole("priority", priority, -_INT32)
+    if expires is not None:
+        params["expires_at"] = _instant_ms("expires", expires, now)
+    if max_attempts is not None:
+        params["max_attempts"] = _whole("max_attempts", max_attempts, 1)
+    if backoff is not None:
+        params["backoff"] = _backoff.encode(backoff)
+    params["dedupe_key"] = dedupe_key
     encoded_headers = _events.codec.encode_headers(headers)
-    return {
-        "queue": queue,
-        "priority": _whole("priority", priority, -_INT32),
-        "visible_at": visible_at,
-        "now": now,
-        "expires_at": None if expires is None else _instant_ms("expires", expires, now),
-        "max_attempts": None if max_attempts is None else _whole("max_attempts", max_attempts, 1),
-        "backoff": None if backoff is None else _backoff.encode(backoff),
-        "dedupe_key": dedupe_key,
-        "type": type_name,
-        "key": None,
-        "position": None,
-        "headers": encoded_headers.decode() if encoded_headers else None,
-        "payload": raw,
-    }
+    if encoded_headers:
+        params["headers"] = encoded_headers.decode()
+    return params
 
 
 OnDuplicate = Literal["raise", "ignore"]
@@ -244,9 +260,16 @@ class Queue:
         Options: delay / run_at, priority, max_attempts, backoff, expires, dedupe_key,
         headers. Inside a business transaction use `tx.enqueue(queue, ...)` instead.
         """
-        params = enqueue_params(self._rt, self.name, payload, **options)
-        rows = self._engine.run(enqueue_query(params), params)
-        job_id = check_duplicate(rows, params, on_duplicate)
+        if options:
+            params = enqueue_params(self._rt, self.name, payload, **options)
+        else:  # the common case: no option to check, and the name was checked once
+            params = plain_params(self._rt, self.name, payload)
+        if params["dedupe_key"] is None:
+            rows = self._engine.run("enqueue", params)
+            job_id: int | None = rows[0][0]
+        else:
+            rows = self._engine.run("enqueue_dedupe", params)
+            job_id = check_duplicate(rows, params, on_duplicate)
         self._engine.committed()
         return job_id
 

@@ -9,10 +9,12 @@ read-to-write upgrade; a busy timeout plus a jittered tenacity retry keeps
 
 from __future__ import annotations
 
+import operator
 import os
+import re
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -44,6 +46,40 @@ def _execute_busy(conn: apsw.Connection, statement: str) -> None:
         _busy_retrying(conn.execute, statement)
 
 
+# a string literal or a comment (both kept as they are), or a `:name` parameter
+_NAMED = re.compile(r"'(?:[^']|'')*'|--[^\n]*|(?<![:\w]):([A-Za-z_]\w*)")
+
+Binder = Callable[[Mapping[str, Any]], tuple[Any, ...]]
+
+
+def positional(query: str) -> tuple[str, Binder | None]:
+    """`:name` parameters -> numbered `?N` ones, and a binder from the params dict.
+
+    apsw binds a dict by building a str for every parameter name and hashing it,
+    on every execution; `itemgetter` on the interned keys costs a fraction of that
+    (docs/performance.md). Queries without named parameters, and scripts of several
+    statements (apsw hands positional values out statement by statement), are left
+    alone."""
+    if ";" in query or ":" not in query:
+        return query, None
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match[1] is None:
+            return match[0]
+        if match[1] not in names:
+            names.append(match[1])
+        return f"?{names.index(match[1]) + 1}"
+
+    converted = _NAMED.sub(number, query)
+    if not names:
+        return query, None
+    if len(names) == 1:
+        only = names[0]
+        return converted, lambda params: (params[only],)
+    return converted, operator.itemgetter(*names)
+
+
 def _datetime(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, UTC)
 
@@ -63,6 +99,7 @@ class SqliteEngine:
         self._namespace = namespace
         self._memory = path == ":memory:"
         self._q = _sql.queries(_PACKAGE, namespace)
+        self._positional = {name: positional(query) for name, query in self._q.items()}
         self._local = threading.local()
         self._shared_lock = threading.RLock()
         self._all: weakref.WeakSet[apsw.Connection] = weakref.WeakSet()  # freed with threads
@@ -70,6 +107,7 @@ class SqliteEngine:
         self._wake = _wake.Wake()
         self._watcher: _watch.Watcher | None = None
         self._closed = threading.Event()
+        self._is_closed = False  # the same, read on the hot path without a call
         if not self._memory:
             directory = os.path.dirname(os.path.abspath(path))
             if not os.path.isdir(directory):
@@ -208,21 +246,29 @@ class SqliteEngine:
     # -- queues ----------------------------------------------------------------------
 
     def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        if self._memory or self._closed.is_set():
+        # The hot path (claim, ack, enqueue): one flat BEGIN IMMEDIATE ... COMMIT on this
+        # thread's connection, without the context managers and calls of transaction().
+        local: apsw.Connection | None = None if self._memory else getattr(self._local, "conn", None)
+        if local is None or self._is_closed:
             with self.transaction() as conn:
                 return self.run_in(conn, name, params)
-        # The hot path (claim, ack, enqueue): one flat BEGIN IMMEDIATE ... COMMIT on this
-        # thread's connection, without the context managers of transaction().
-        local: apsw.Connection | None = getattr(self._local, "conn", None)
-        if local is None:
-            local = self._local.conn = self._open()
         conn = local
         if conn.in_transaction:
             raise _errors.AlkstoreError("a store transaction is already open on this thread")
-        _execute_busy(conn, "BEGIN IMMEDIATE")
+        query, bind = self._positional[name]
+        execute = conn.execute
         try:
-            rows: list[tuple[Any, ...]] = conn.execute(self._q[name], params).fetchall()
-            _execute_busy(conn, "COMMIT")
+            execute("BEGIN IMMEDIATE")
+        except apsw.BusyError:
+            _busy_retrying(execute, "BEGIN IMMEDIATE")
+        try:
+            rows: list[tuple[Any, ...]] = execute(
+                query, params if bind is None else bind(params)
+            ).fetchall()
+            try:
+                execute("COMMIT")
+            except apsw.BusyError:
+                _busy_retrying(execute, "COMMIT")
         except apsw.Error as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -234,8 +280,10 @@ class SqliteEngine:
         return rows
 
     def run_in(self, conn: Any, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        query, bind = self._positional[name]
         with _translate(conn, self._namespace):
-            return conn.execute(self._q[name], params).fetchall()  # type: ignore[no-any-return]
+            rows = conn.execute(query, params if bind is None else bind(params)).fetchall()
+            return rows  # type: ignore[no-any-return]
 
     def run_many_in(
         self, conn: Any, name: str, params_seq: Sequence[dict[str, Any]]
@@ -264,6 +312,7 @@ class SqliteEngine:
                 self._watcher = _watch.Watcher(self._path, self._wake.fire)
 
     def close(self) -> None:
+        self._is_closed = True
         self._closed.set()
         if self._watcher is not None:
             self._watcher.stop()
