@@ -12,6 +12,7 @@ import os
 import random
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +61,16 @@ class Backend:
     def connect(self, **kwargs: Any) -> alkstore.Store:
         return alkstore.connect(self.url, namespace=self.namespace, **kwargs)
 
+    @contextmanager
+    def migrated(self, **kwargs: Any) -> Iterator[alkstore.Store]:
+        """A migrated store on this namespace (`connect` arguments), closed at exit."""
+        store = self.connect(**kwargs)
+        try:
+            store.migrate()
+            yield store
+        finally:
+            store.close()
+
     def raw_connection(self) -> Any:
         """A connection the application owns (apsw or psycopg, not autocommit)."""
         if self.name == "sqlite":
@@ -101,12 +112,8 @@ def pg_backend(pg_url: str) -> Iterator[Backend]:
 @pytest.fixture
 def store(backend: Backend) -> Iterator[alkstore.Store]:
     """A migrated store on a fresh namespace, closed after the test."""
-    s = backend.connect()
-    try:
-        s.migrate()
+    with backend.migrated() as s:
         yield s
-    finally:
-        s.close()
 
 
 @pytest.fixture

@@ -48,12 +48,8 @@ def run(backend: Backend, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def migrated(backend: Backend) -> Iterator[alkstore.Store]:
-    store = backend.connect()
-    try:
-        store.migrate()
+    with backend.migrated() as store:
         yield store
-    finally:
-        store.close()
 
 
 def lines(out: str) -> list[str]:

@@ -68,12 +68,8 @@ def fails(backend: Backend, *args: str, code: int = 1) -> str:
 
 @pytest.fixture
 def migrated(backend: Backend) -> Iterator[alkstore.Store]:
-    store = backend.connect()
-    try:
-        store.migrate()
+    with backend.migrated() as store:
         yield store
-    finally:
-        store.close()
 
 
 def parse_row(line: str) -> tuple[str, str, str, str, str]:

@@ -10,34 +10,20 @@ from typing import Any
 import pytest
 
 import alkstore
+from tests.clock import Clock
 from tests.conftest import Backend
 from tests.events import OrderPlaced
 
 
-class Clock:
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(1_700_000_000.0)
 
 
 @pytest.fixture
 def qstore(backend: Backend, clock: Clock) -> Iterator[alkstore.Store]:
-    store = backend.connect(clock=clock, max_payload_bytes=4096)
-    try:
-        store.migrate()
+    with backend.migrated(clock=clock, max_payload_bytes=4096) as store:
         yield store
-    finally:
-        store.close()
 
 
 class Boom(Exception):

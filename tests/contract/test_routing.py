@@ -19,6 +19,7 @@ import pytest
 
 import alkstore
 import relay
+from tests.clock import Clock
 from tests.conftest import Backend
 from tests.events import OrderPlaced
 
@@ -53,20 +54,6 @@ class ShoutedOrderCreated(alkstore.Event, tag="ORDER.CREATED"):
     """Same letters as `order.created`, other case: a different event type."""
 
     order_id: int
-
-
-class Clock:
-    """An injected clock. It starts at the real time: events' appended_at is the
-    database's clock, so only offsets from now make them look old."""
-
-    def __init__(self) -> None:
-        self.now = round(time.time(), 3)
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 # -- helpers ----------------------------------------------------------------------------

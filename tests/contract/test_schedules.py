@@ -23,6 +23,7 @@ import pytest
 
 import alkstore
 import relay
+from tests.clock import Clock
 from tests.conftest import Backend
 from tests.events import Basket, OrderPlaced
 
@@ -30,39 +31,15 @@ T0 = datetime(2026, 1, 5, tzinfo=UTC)  # a Monday, 01:00 in Berlin
 BERLIN = "Europe/Berlin"
 
 
-class Clock:
-    """An injected clock in epoch seconds; whole and binary-fraction steps stay exact."""
-
-    def __init__(self, start: float = T0.timestamp()) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-    def set(self, when: datetime) -> None:
-        self.now = when.timestamp()
-
-    @property
-    def ms(self) -> int:
-        return round(self.now * 1000)
-
-
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(T0.timestamp())
 
 
 @pytest.fixture
 def sstore(backend: Backend, clock: Clock) -> Iterator[alkstore.Store]:
-    store = backend.connect(clock=clock)
-    try:
-        store.migrate()
+    with backend.migrated(clock=clock) as store:
         yield store
-    finally:
-        store.close()
 
 
 def to_ms(when: datetime) -> int:

@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 import alkstore
+from tests.clock import Clock
 from tests.conftest import Backend
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,42 +126,21 @@ def ms(seconds: float) -> int:
 START_MS = 1_700_000_000_000
 
 
-class Clock:
-    """An injected clock kept in whole milliseconds (no float drift as it advances)."""
-
-    def __init__(self, start_ms: int = START_MS) -> None:
-        self.ms = start_ms
-
-    def __call__(self) -> float:
-        return self.ms / 1000
-
-    def advance(self, seconds: float) -> None:
-        self.ms += round(seconds * 1000)
-
-
 @pytest.fixture
 def real_store(backend: Backend) -> Iterator[alkstore.Store]:
-    store = backend.connect()
-    try:
-        store.migrate()
+    with backend.migrated() as store:
         yield store
-    finally:
-        store.close()
 
 
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(START_MS / 1000)
 
 
 @pytest.fixture
 def clocked_store(backend: Backend, clock: Clock) -> Iterator[alkstore.Store]:
-    store = backend.connect(clock=clock)
-    try:
-        store.migrate()
+    with backend.migrated(clock=clock) as store:
         yield store
-    finally:
-        store.close()
 
 
 # -- real processes, real time ----------------------------------------------------

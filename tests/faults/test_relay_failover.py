@@ -24,6 +24,7 @@ import psycopg
 import pytest
 
 import alkstore
+from tests.clock import Clock
 from tests.conftest import Backend
 from tests.faults import relay_support as rs
 
@@ -133,19 +134,6 @@ def test_three_relays_fail_over_within_the_bound_and_relay_exactly_once(
 # -- fencing, in-process --------------------------------------------------------------------
 
 
-class Clock:
-    """An injected clock in whole milliseconds."""
-
-    def __init__(self) -> None:
-        self.ms = int(time.time() * 1000)
-
-    def __call__(self) -> float:
-        return self.ms / 1000
-
-    def advance(self, seconds: float) -> None:
-        self.ms += round(seconds * 1000)
-
-
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
@@ -153,12 +141,8 @@ def clock() -> Clock:
 
 @pytest.fixture
 def clocked(backend: Backend, clock: Clock) -> Iterator[alkstore.Store]:
-    store = backend.connect(clock=clock)
-    try:
-        store.migrate()
+    with backend.migrated(clock=clock) as store:
         yield store
-    finally:
-        store.close()
 
 
 def jobs_and_checkpoints(store: alkstore.Store) -> tuple[int, dict[str, int]]:

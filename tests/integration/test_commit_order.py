@@ -25,16 +25,6 @@ class Boom(Exception):
 
 
 @contextmanager
-def migrated(backend: Backend) -> Iterator[alkstore.Store]:
-    store = backend.connect()
-    try:
-        store.migrate()
-        yield store
-    finally:
-        store.close()
-
-
-@contextmanager
 def caller_connection(backend: Backend) -> Iterator[psycopg.Connection[Any]]:
     """A connection the application owns (not autocommit); rolled back and closed at exit."""
     conn: psycopg.Connection[Any] = psycopg.connect(backend.url)
@@ -68,7 +58,7 @@ def test_first_appender_committing_last_is_read_after_the_checkpoint(
 ) -> None:
     ns = pg_backend.namespace
     event_a, event_b = Written(writer=1, seq=0), Written(writer=2, seq=0)
-    with migrated(pg_backend) as store, caller_connection(pg_backend) as conn_a:
+    with pg_backend.migrated() as store, caller_connection(pg_backend) as conn_a:
         alkstore.append(conn_a, event_a, namespace=ns)  # A: first insert, left open
         with caller_connection(pg_backend) as conn_b, conn_b.transaction():
             alkstore.append(conn_b, event_b, namespace=ns)  # B: second insert, commits
@@ -93,7 +83,7 @@ def test_first_appender_committing_last_is_read_after_the_checkpoint(
 
 def test_a_long_open_transaction_does_not_stall_readers(pg_backend: Backend) -> None:
     ns = pg_backend.namespace
-    with migrated(pg_backend) as store, caller_connection(pg_backend) as long:
+    with pg_backend.migrated() as store, caller_connection(pg_backend) as long:
         alkstore.append(long, Written(writer=0, seq=0), namespace=ns)  # open all along
 
         after = 0
@@ -119,7 +109,7 @@ def test_a_long_open_transaction_does_not_stall_readers(pg_backend: Backend) -> 
 
 def test_an_event_in_a_rolled_back_savepoint_never_appears(pg_backend: Backend) -> None:
     ns = pg_backend.namespace
-    with migrated(pg_backend) as store, caller_connection(pg_backend) as conn:
+    with pg_backend.migrated() as store, caller_connection(pg_backend) as conn:
         with conn.transaction():
             alkstore.append(conn, Written(writer=1, seq=0), namespace=ns)
             with pytest.raises(Boom), conn.transaction():  # a savepoint, rolled back

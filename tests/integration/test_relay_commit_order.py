@@ -26,16 +26,6 @@ PROMPT = 10.0  # seconds from commit to claimable; generous on a busy machine
 
 
 @contextmanager
-def migrated(backend: Backend) -> Iterator[alkstore.Store]:
-    store = backend.connect()
-    try:
-        store.migrate()
-        yield store
-    finally:
-        store.close()
-
-
-@contextmanager
 def caller_connection(backend: Backend) -> Iterator[psycopg.Connection[Any]]:
     """A connection the application owns (not autocommit); closed (rolled back) at exit."""
     conn: psycopg.Connection[Any] = psycopg.connect(backend.url)
@@ -114,7 +104,7 @@ def ids_and_positions(backend: Backend) -> dict[tuple[int, int], tuple[int, int 
 
 def test_first_appender_committing_last_is_relayed_next(pg_backend: Backend) -> None:
     ns = pg_backend.namespace
-    with migrated(pg_backend) as store, caller_connection(pg_backend) as conn_a:
+    with pg_backend.migrated() as store, caller_connection(pg_backend) as conn_a:
         store.subscribe("all", ["*"], start="beginning")
         store.subscribe("firsts", ["test.written"], start="beginning")
         alkstore.append(conn_a, Written(writer=1, seq=0), namespace=ns)  # A: first, left open
@@ -153,7 +143,7 @@ def test_first_appender_committing_last_is_relayed_by_the_relay_loop(
     pg_backend: Backend,
 ) -> None:
     ns = pg_backend.namespace
-    with migrated(pg_backend) as store, caller_connection(pg_backend) as conn_a:
+    with pg_backend.migrated() as store, caller_connection(pg_backend) as conn_a:
         store.subscribe("all", ["*"], start="beginning")
         with running_relay(store):
             alkstore.append(conn_a, Written(writer=1, seq=0), namespace=ns)
@@ -178,7 +168,7 @@ def test_a_long_open_writing_transaction_is_a_holdup_and_stalls_nothing(
     pg_backend: Backend,
 ) -> None:
     ns = pg_backend.namespace
-    with migrated(pg_backend) as store, caller_connection(pg_backend) as conn_a:
+    with pg_backend.migrated() as store, caller_connection(pg_backend) as conn_a:
         store.subscribe("all", ["*"], start="beginning")
         assert store.status().holdups == []
         with running_relay(store):
