@@ -54,11 +54,11 @@ class Job(Generic[T]):
     __slots__ = (
         "__dict__",
         "_backoff",
+        "_enqueued_ms",
         "_progress",
         "_queue",
         "attempt",
         "due_ms",
-        "enqueued_at",
         "headers",
         "id",
         "key",
@@ -83,7 +83,7 @@ class Job(Generic[T]):
             self._backoff,
             self.lease_token,
             self.lease_ms,
-            enqueued_at,
+            self._enqueued_ms,
             self.type,
             self.key,
             self.position,
@@ -92,8 +92,12 @@ class Job(Generic[T]):
             self._progress,
         ) = row
         self._queue = queue
-        self.enqueued_at = from_ms(enqueued_at)
         self.headers: dict[str, str] = _events.codec.decode_headers(headers)
+
+    @cached_property
+    def enqueued_at(self) -> datetime:
+        """When the job was enqueued (made on first access: claims make many jobs)."""
+        return from_ms(self._enqueued_ms)
 
     @cached_property
     def payload(self) -> T:
