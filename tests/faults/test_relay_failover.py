@@ -54,8 +54,17 @@ def leader(store: alkstore.Store, relays: rs.Fleet) -> tuple[rs.RelayProcess, in
         time.sleep(0.02)
 
 
+def fleet_state(relays: rs.Fleet) -> str:
+    """Every relay this test started, with the tail of its log (for failure messages)."""
+    return "\n".join(r.describe() for r in relays.all)
+
+
 def wait_for_probe(
-    store: alkstore.Store, seq: int, timeout: float, claimed: list[rs.Delivered]
+    store: alkstore.Store,
+    seq: int,
+    timeout: float,
+    claimed: list[rs.Delivered],
+    relays: rs.Fleet,
 ) -> None:
     """Claim probe jobs until the one for probe `seq` arrives (all are kept in `claimed`)."""
     queue = store.queue(rs.PROBES)
@@ -65,7 +74,9 @@ def wait_for_probe(
         claimed.extend(jobs)
         if any(d.id == (-1, seq) for d in jobs):
             return
-        assert time.monotonic() < deadline, f"probe {seq} was not relayed within {timeout} s"
+        assert time.monotonic() < deadline, (
+            f"probe {seq} was not relayed within {timeout} s\n{fleet_state(relays)}"
+        )
         time.sleep(0.005)
 
 
@@ -90,7 +101,7 @@ def test_three_relays_fail_over_within_the_bound_and_relay_exactly_once(
             try:
                 rs.append_probe(store, 0)
                 probes.add((-1, 0))
-                wait_for_probe(store, 0, PROBE_WAIT, claimed)
+                wait_for_probe(store, 0, PROBE_WAIT, claimed, relays)
                 for n in range(1, ROUNDS + 1):
                     active, token = leader(store, relays)
                     standbys = [r.pid for r in relays.live() if r is not active]
@@ -101,11 +112,19 @@ def test_three_relays_fail_over_within_the_bound_and_relay_exactly_once(
                     killed = time.monotonic()
                     rs.append_probe(store, n)
                     probes.add((-1, n))
-                    wait_for_probe(store, n, PROBE_WAIT, claimed)
+                    wait_for_probe(store, n, PROBE_WAIT, claimed, relays)
                     latencies.append(time.monotonic() - killed)
+                    # checked each round, so a failure shows the relays' logs of that round
+                    assert latencies[-1] < FAILOVER_BOUND, (
+                        f"round {n}: probe relayed {latencies[-1]:.2f} s after killing pid "
+                        f"{active.pid} (bound {FAILOVER_BOUND} s)\n{fleet_state(relays)}"
+                    )
 
                     successor, new_token = leader(store, relays)
-                    assert successor.pid in standbys
+                    assert successor.pid in standbys, (
+                        f"round {n}: pid {successor.pid} took over, not a standby {standbys}\n"
+                        f"{fleet_state(relays)}"
+                    )
                     assert new_token > token, "a takeover must hand out a larger token"
                     relays.start()  # three again
             finally:
