@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import pytest
 import alkstore
 from tests.conftest import Backend
 from tests.events import OrderPlaced, Written
+from tests.processes import CliProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -205,42 +205,21 @@ def test_relay_runs_until_sigterm_and_stops_cleanly(
     store.subscribe("all", ["*"], start="beginning")
     with store.transaction() as tx:
         tx.append(OrderPlaced(order_id=1))
-    log_path = tmp_path / "relay.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "relay.cli",
-                "relay",
-                "--db",
-                backend.url,
-                "--namespace",
-                backend.namespace,
-                "--lease-ttl",
-                "1",
-            ],
-            cwd=ROOT,
-            env=cli_env(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            deadline = time.monotonic() + 30
-            job = None
-            while job is None:
-                assert proc.poll() is None, log_path.read_text()
-                assert time.monotonic() < deadline, log_path.read_text()
-                job = store.queue("all").claim()
-                time.sleep(0.02)
-            assert job.payload == OrderPlaced(order_id=1)
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=30) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(timeout=30)
-    output = log_path.read_text()
+    args = ["--db", backend.url, "--namespace", backend.namespace, "--lease-ttl", "1"]
+    relay = CliProcess("relay", args, tmp_path / "relay.log")
+    try:
+        deadline = time.monotonic() + 30
+        job = None
+        while job is None:
+            assert relay.alive(), relay.output()
+            assert time.monotonic() < deadline, relay.output()
+            job = store.queue("all").claim()
+            time.sleep(0.02)
+        assert job.payload == OrderPlaced(order_id=1)
+        assert relay.terminate() == 0, relay.output()
+    finally:
+        relay.close()
+    output = relay.output()
     assert f"relay starting on {backend.name} (namespace {backend.namespace})" in output
     assert "relay is active (lease token 1)" in output
     assert "relay released the lease" in output

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import pytest
 import alkstore
 from tests.conftest import Backend
 from tests.events import OrderPlaced
+from tests.processes import CliProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 ADD_EVENT = ["--event", "tests.events:OrderPlaced", "--data", '{"order_id": 1}']
@@ -237,39 +237,18 @@ def test_scheduler_command_fires_schedules_until_sigterm(
     backend: Backend, migrated: alkstore.Store, tmp_path: Path
 ) -> None:
     ok(backend, "schedules", "add", "beat", "--every", "0.5s", "--catch-up", "all", *ADD_EVENT)
-    log_path = tmp_path / "scheduler.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "relay.cli",
-                "scheduler",
-                "--db",
-                backend.url,
-                "--namespace",
-                backend.namespace,
-                "--lease-ttl",
-                "1",
-            ],
-            cwd=ROOT,
-            env=cli_env(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            deadline = time.monotonic() + 30
-            while migrated.log.head() < 3:
-                assert proc.poll() is None, log_path.read_text()
-                assert time.monotonic() < deadline, "the scheduler fired nothing"
-                time.sleep(0.1)
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=30) == 0, log_path.read_text()
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(timeout=30)
-    output = log_path.read_text()
+    args = ["--db", backend.url, "--namespace", backend.namespace, "--lease-ttl", "1"]
+    scheduler = CliProcess("scheduler", args, tmp_path / "scheduler.log")
+    try:
+        deadline = time.monotonic() + 30
+        while migrated.log.head() < 3:
+            assert scheduler.alive(), scheduler.output()
+            assert time.monotonic() < deadline, "the scheduler fired nothing"
+            time.sleep(0.1)
+        assert scheduler.terminate() == 0, scheduler.output()
+    finally:
+        scheduler.close()
+    output = scheduler.output()
     assert "scheduler is active" in output and "Traceback" not in output
     entries = migrated.log.read(limit=1_000)
     assert {e.headers["alkstore-schedule"] for e in entries} == {"beat"}

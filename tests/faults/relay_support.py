@@ -21,7 +21,7 @@ from typing import Any
 
 import alkstore
 from tests.conftest import Backend
-from tests.faults.processes import CliProcess
+from tests.processes import CliProcess
 
 EVERYTHING = "everything"  # subscribed to "*"
 CHARGES = "charges"  # subscribed to a subset: charge events only

@@ -32,7 +32,7 @@ import relay
 from alkstore._schedules import next_after
 from tests.conftest import Backend
 from tests.events import OrderPlaced
-from tests.faults.processes import CliProcess
+from tests.processes import CliProcess
 
 LEASE_TTL = 1.0
 TAKEOVER_BOUND = 15.0  # seconds from a kill to a new live holder (3 x ttl + a loaded machine)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import alkstore
 from tests.conftest import Backend
-from tests.faults.processes import CliProcess
+from tests.processes import CliProcess
 
 TARGET = "tests.faults.slow_jobs:worker"
 QUEUE = "slow"  # slow_jobs.QUEUE (importing that module would connect to a database)

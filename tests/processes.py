@@ -1,4 +1,4 @@
-"""`alkstore` CLI subprocesses for the fault tests, run as a user runs them.
+"""`alkstore` CLI subprocesses for the tests (acceptance and faults), run as a user runs them.
 
 `python -m relay.cli <command> ...`, with `$ALKSTORE_DB` removed from the
 environment (every test passes `--db`), and the output in a log file (never a
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class CliProcess:
