@@ -264,12 +264,8 @@ class Queue:
             params = enqueue_params(self._rt, self.name, payload, **options)
         else:  # the common case: no option to check, and the name was checked once
             params = plain_params(self._rt, self.name, payload)
-        if params["dedupe_key"] is None:
-            rows = self._engine.run("enqueue", params)
-            job_id: int | None = rows[0][0]
-        else:
-            rows = self._engine.run("enqueue_dedupe", params)
-            job_id = check_duplicate(rows, params, on_duplicate)
+        rows = self._engine.run(enqueue_query(params), params)
+        job_id = check_duplicate(rows, params, on_duplicate)
         self._engine.committed()
         return job_id
 

@@ -247,7 +247,7 @@ class SqliteEngine:
 
     def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         # The hot path (claim, ack, enqueue): one flat BEGIN IMMEDIATE ... COMMIT on this
-        # thread's connection, without the context managers and calls of transaction().
+        # thread's connection, without the context managers of transaction().
         local: apsw.Connection | None = None if self._memory else getattr(self._local, "conn", None)
         if local is None or self._is_closed:
             with self.transaction() as conn:
@@ -256,19 +256,12 @@ class SqliteEngine:
         if conn.in_transaction:
             raise _errors.AlkstoreError("a store transaction is already open on this thread")
         query, bind = self._positional[name]
-        execute = conn.execute
+        _execute_busy(conn, "BEGIN IMMEDIATE")
         try:
-            execute("BEGIN IMMEDIATE")
-        except apsw.BusyError:
-            _busy_retrying(execute, "BEGIN IMMEDIATE")
-        try:
-            rows: list[tuple[Any, ...]] = execute(
+            rows: list[tuple[Any, ...]] = conn.execute(
                 query, params if bind is None else bind(params)
             ).fetchall()
-            try:
-                execute("COMMIT")
-            except apsw.BusyError:
-                _busy_retrying(execute, "COMMIT")
+            _execute_busy(conn, "COMMIT")
         except apsw.Error as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
