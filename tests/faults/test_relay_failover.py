@@ -37,6 +37,11 @@ LEADER_WAIT = 20.0
 PROBE_WAIT = 30.0  # the first probe (all relays still starting) may take a while
 
 
+def fleet_state(relays: rs.Fleet) -> str:
+    """Every relay this test started, with the tail of its log (for failure messages)."""
+    return "\n".join(r.describe() for r in relays.all)
+
+
 def leader(store: alkstore.Store, relays: rs.Fleet) -> tuple[rs.RelayProcess, int]:
     """The live relay holding an unexpired lease, and its token."""
     deadline = time.monotonic() + LEADER_WAIT
@@ -45,18 +50,13 @@ def leader(store: alkstore.Store, relays: rs.Fleet) -> tuple[rs.RelayProcess, in
         if held is not None:
             pid, token = held
             relay = relays.by_pid(pid)
-            assert relay is not None, f"the lease is held by pid {pid}, not one of our relays"
+            assert relay is not None, (
+                f"the lease is held by pid {pid}, not one of our relays\n{fleet_state(relays)}"
+            )
             if relay.alive():
                 return relay, token
-        assert time.monotonic() < deadline, "no relay holds the lease:\n" + "\n".join(
-            r.describe() for r in relays.live()
-        )
+        assert time.monotonic() < deadline, f"no relay holds the lease:\n{fleet_state(relays)}"
         time.sleep(0.02)
-
-
-def fleet_state(relays: rs.Fleet) -> str:
-    """Every relay this test started, with the tail of its log (for failure messages)."""
-    return "\n".join(r.describe() for r in relays.all)
 
 
 def wait_for_probe(
@@ -105,7 +105,10 @@ def test_three_relays_fail_over_within_the_bound_and_relay_exactly_once(
                 for n in range(1, ROUNDS + 1):
                     active, token = leader(store, relays)
                     standbys = [r.pid for r in relays.live() if r is not active]
-                    assert len(standbys) == RELAYS - 1
+                    assert len(standbys) == RELAYS - 1, (
+                        f"round {n}: {len(standbys)} standbys, not {RELAYS - 1}\n"
+                        f"{fleet_state(relays)}"
+                    )
                     time.sleep(rng.uniform(0, 0.5))  # the leader is relaying a writer's batch
 
                     active.kill()
@@ -125,14 +128,17 @@ def test_three_relays_fail_over_within_the_bound_and_relay_exactly_once(
                         f"round {n}: pid {successor.pid} took over, not a standby {standbys}\n"
                         f"{fleet_state(relays)}"
                     )
-                    assert new_token > token, "a takeover must hand out a larger token"
+                    assert new_token > token, (
+                        f"round {n}: token {new_token} after {token}: a takeover must hand out "
+                        f"a larger token\n{fleet_state(relays)}"
+                    )
                     relays.start()  # three again
             finally:
                 stop.set()
             results = [w.result(timeout=60) for w in writers]
 
         live = relays.live()
-        assert len(live) == RELAYS, "\n".join(r.describe() for r in relays.all)
+        assert len(live) == RELAYS, fleet_state(relays)
         head = rs.wait_caught_up(store, 60, live)
         active_pids = {r.pid for r in relays.all if r.was_active()}
         for relay in live:
