@@ -49,6 +49,9 @@ _MISSING_STATES = {"42P01", "42883", "3F000"}
 _DROPS_STATEMENTS = re.compile(r"^(?:DROP|ALTER|ROLLBACK|DISCARD ALL|DEALLOCATE)\b").match
 _OK = pq.ExecStatus.COMMAND_OK
 _SYNC = pq.ExecStatus.PIPELINE_SYNC
+_ROWS_OR_OK = (pq.ExecStatus.TUPLES_OK, _OK)
+_SQLSTATE = pq.DiagnosticField.SQLSTATE
+_NO_SUCH_STATEMENT = b"26000"  # invalid_sql_statement_name: the statement was deallocated
 PIPELINED = psycopg.capabilities.has_pipeline() and psycopg.capabilities.has_send_close_prepared()
 
 
@@ -101,7 +104,7 @@ class Connection(psycopg.Connection[TupleRow]):
         self.in_store_transaction = False
         self._alk_in_flight = False  # sent in pipeline mode, replies unread
         self._alk_unsure = False  # an exchange was interrupted: the pool drops us
-        self._alk_ready = False  # our INSERT statement exists in the session
+        self._alk_prepared: set[bytes] = set()  # our statements that exist in the session
 
     @property
     def reusable(self) -> bool:
@@ -133,14 +136,14 @@ class Connection(psycopg.Connection[TupleRow]):
         self.pgconn.send_query_params(b"COMMIT", None)
         error = self._alk_sync()
         if error is not None:  # an INSERT failed, so COMMIT did not run: roll back
-            self._alk_ready = False
+            self._alk_prepared.clear()
             self._alk_rollback()
             raise error
 
     def rollback_store(self) -> None:
         """Roll back (best effort: a connection left unsure is dropped by the pool)."""
         self.in_store_transaction = False
-        self._alk_ready = False  # psycopg's rollback deallocates its statements
+        self._alk_prepared.clear()  # psycopg's rollback deallocates its statements
         if self._alk_in_flight and not self._alk_unsure:
             try:
                 self._alk_sync()  # its error is moot: everything rolls back
@@ -165,25 +168,52 @@ class Connection(psycopg.Connection[TupleRow]):
         if not self._alk_in_flight:
             pgconn.enter_pipeline_mode()
             self._alk_in_flight = True
-        if not self._alk_ready:
+        if name not in self._alk_prepared:
             pgconn.send_close_prepared(name)  # not an error when it does not exist
             pgconn.send_prepare(name, query)
-            self._alk_ready = True
+            self._alk_prepared.add(name)
         for row in rows:
             pgconn.send_query_prepared(name, [None if v is None else v.encode() for v in row])
+
+    def run_prepared(
+        self, name: bytes, query: bytes, values: Sequence[bytes | None]
+    ) -> pq.abc.PGresult:
+        """One statement on an idle connection through libpq, outside psycopg's cursors:
+        prepared once per session, then one Bind/Execute (docs/adr/0010).
+
+        A statement found missing (deallocated by something we did not see) is
+        prepared again and run once more: it had not run."""
+        pgconn = self.pgconn
+        self._alk_unsure = True
+        for _ in range(2):
+            if name not in self._alk_prepared:
+                pgconn.close_prepared(name)  # not an error when it does not exist
+                result = pgconn.prepare(name, query)
+                if result.status != _OK:
+                    break
+                self._alk_prepared.add(name)
+            # None is SQL NULL, as in send_query_prepared (psycopg's abc omits it here)
+            result = pgconn.exec_prepared(name, values)  # type: ignore[arg-type]
+            if result.error_field(_SQLSTATE) != _NO_SUCH_STATEMENT:
+                break
+            self._alk_prepared.discard(name)
+        self._alk_unsure = False
+        if result.status not in _ROWS_OR_OK:
+            raise _result_error(result)
+        return result
 
     def settle(self) -> None:
         """Read the replies still in flight (one round trip); raise their first error."""
         if self._alk_in_flight:
             error = self._alk_sync()
             if error is not None:
-                self._alk_ready = False
+                self._alk_prepared.clear()
                 raise error
 
     def statement_ran(self, statusmessage: str | None) -> None:
         """After the application's statement: did psycopg deallocate everything?"""
         if statusmessage and _DROPS_STATEMENTS(statusmessage):
-            self._alk_ready = False
+            self._alk_prepared.clear()
 
     # -- libpq exchanges -------------------------------------------------------------
 
@@ -251,11 +281,11 @@ class Connection(psycopg.Connection[TupleRow]):
                         self._alk_sync()  # its error, if any, goes with the savepoint
                     except psycopg.Error:
                         self._alk_unsure = True  # broken: the pool drops it
-                self._alk_ready = False  # psycopg deallocates its statements on rollback
+                self._alk_prepared.clear()  # psycopg deallocates its statements on rollback
                 raise
             self.settle()  # before RELEASE: an error of an event INSERT rolls it back
         if force_rollback:
-            self._alk_ready = False
+            self._alk_prepared.clear()
 
     @contextmanager
     def pipeline(self) -> Iterator[psycopg.Pipeline]:
@@ -265,7 +295,7 @@ class Connection(psycopg.Connection[TupleRow]):
                 yield pipeline
         finally:
             # Statement tags arrive after the statements there: assume the worst.
-            self._alk_ready = False
+            self._alk_prepared.clear()
 
     def commit(self) -> None:
         if self.in_store_transaction:
@@ -280,7 +310,7 @@ class Connection(psycopg.Connection[TupleRow]):
                 "rollback() is not allowed inside store.transaction(); raise to roll back"
             )
         super().rollback()
-        self._alk_ready = False
+        self._alk_prepared.clear()
 
 
 def _settle(cursor: psycopg.Cursor[Any]) -> None:

@@ -20,10 +20,11 @@ import tenacity
 from psycopg.pq import TransactionStatus
 
 from alkstore import _engine, _errors, _events, _sql, _wake
-from alkstore.postgres import _conn, _notify, _pool
+from alkstore.postgres import _conn, _notify, _pool, _prepared
 
 _PACKAGE = "alkstore.postgres"
 SEQUENCE_BATCH = 5_000
+PREPARED = ("enqueue",)  # hot one-statement queries run on libpq (_prepared)
 LISTEN_POLL = 0.25  # seconds: how often the listener thread checks for close()
 
 translate = _conn.translate
@@ -54,6 +55,7 @@ class PostgresEngine:
         self._q = _sql.queries(_PACKAGE, namespace)
         self._append_name = f"_alkstore_append_{namespace}".encode()
         self._append_sql = self._q["append_event"].encode()
+        self._prepared = _prepared.statements(self._q, PREPARED, namespace)
         # at least 2: the sweep holds one connection while using another
         self._pool = _pool.Pool(url, max(2, pool_size), _configure)
         self._wake = _wake.Wake()
@@ -195,10 +197,14 @@ class PostgresEngine:
         # connection, without the context managers of connection() and translate(),
         # and on psycopg's own cursor: outside a store transaction nothing is in
         # flight, and our queries never make psycopg drop its prepared statements.
+        # The PREPARED ones skip psycopg's execute and go to libpq (_prepared).
         if self._closed.is_set():
             raise _errors.AlkstoreError("the store is closed")
         conn = self._pool.get()
         try:
+            statement = self._prepared.get(name)
+            if statement is not None:
+                return statement.run(conn, params)
             cursor = psycopg.Cursor(conn).execute(self._q[name], params)
             return cursor.fetchall() if cursor.description else []
         except psycopg.Error as exc:
