@@ -3,8 +3,9 @@
 Connections: one per thread for a file (WAL mode lets readers run beside the
 single writer); one shared connection behind a lock for `:memory:`.
 Write transactions start with BEGIN IMMEDIATE so a writer never fails on a
-read-to-write upgrade; a busy timeout plus a jittered tenacity retry keeps
-"database is locked" away from user code.
+read-to-write upgrade; a busy handler that retries every few milliseconds
+(`_busy`) plus a jittered tenacity retry keeps "database is locked" away from
+user code.
 """
 
 from __future__ import annotations
@@ -20,31 +21,12 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import apsw
-import tenacity
 
 from alkstore import _engine, _errors, _events, _sql, _wake
-from alkstore.sqlite import _watch
+from alkstore.sqlite import _busy, _watch
 
 _PACKAGE = "alkstore.sqlite"
-BUSY_TIMEOUT_MS = 5_000
 SWEEP_LOCK_TTL_MS = 60_000  # a crashed sweeper's lock row expires after this
-
-_busy_retrying = tenacity.Retrying(
-    retry=tenacity.retry_if_exception_type(apsw.BusyError),
-    wait=tenacity.wait_random_exponential(multiplier=0.002, max=0.1),
-    stop=tenacity.stop_after_delay(30),
-    reraise=True,
-)
-
-
-def _execute_busy(conn: apsw.Connection, statement: str) -> None:
-    """Run BEGIN/COMMIT; past the busy timeout, retry with jitter so "database is locked"
-    never reaches user code. The fast path builds no retry machinery."""
-    try:
-        conn.execute(statement)
-    except apsw.BusyError:
-        _busy_retrying(conn.execute, statement)
-
 
 # a string literal or a comment (both kept as they are), or a `:name` parameter
 _NAMED = re.compile(r"'(?:[^']|'')*'|--[^\n]*|(?<![:\w]):([A-Za-z_]\w*)")
@@ -86,7 +68,7 @@ def _datetime(ms: int) -> datetime:
 
 def configure(conn: apsw.Connection) -> None:
     """Settings every alkstore SQLite connection uses."""
-    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+    conn.set_busy_handler(_busy.BusyWait())
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA foreign_keys = ON")
 
@@ -163,7 +145,7 @@ class SqliteEngine:
         with self._connection() as conn:
             if conn.in_transaction:
                 raise _errors.AlkstoreError("a store transaction is already open on this thread")
-            _execute_busy(conn, "BEGIN IMMEDIATE")
+            _busy.execute(conn, "BEGIN IMMEDIATE")
             try:
                 yield conn
             except BaseException:
@@ -171,7 +153,7 @@ class SqliteEngine:
                     conn.execute("ROLLBACK")
                 raise
             try:
-                _execute_busy(conn, "COMMIT")
+                _busy.execute(conn, "COMMIT")
             except apsw.Error as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
@@ -256,12 +238,12 @@ class SqliteEngine:
         if conn.in_transaction:
             raise _errors.AlkstoreError("a store transaction is already open on this thread")
         query, bind = self._positional[name]
-        _execute_busy(conn, "BEGIN IMMEDIATE")
+        _busy.execute(conn, "BEGIN IMMEDIATE")
         try:
             rows: list[tuple[Any, ...]] = conn.execute(
                 query, params if bind is None else bind(params)
             ).fetchall()
-            _execute_busy(conn, "COMMIT")
+            _busy.execute(conn, "COMMIT")
         except apsw.Error as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
