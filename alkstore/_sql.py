@@ -8,10 +8,14 @@ substitution cannot inject SQL; that is why the results are typed LiteralString
 
 from __future__ import annotations
 
+import operator
 import re
+from collections.abc import Callable, Mapping
 from functools import cache
 from importlib import resources
-from typing import LiteralString
+from typing import Any, LiteralString
+
+Binder = Callable[[Mapping[str, Any]], tuple[Any, ...]]
 
 _HEADER = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 
@@ -52,3 +56,27 @@ def migrations(package: str, ns: str) -> list[tuple[int, str, LiteralString]]:
             ddl = entry.read_text("utf-8").replace("{ns}", ns)
             found.append((int(match[1]), match[2], ddl))
     return sorted(found)
+
+
+def numbered(query: str, pattern: re.Pattern[str], mark: str) -> tuple[str, Binder | None]:
+    """Named parameters -> numbered ones (`mark` + 1, 2, ...), and a binder that takes
+    their values from a params dict, in number order (None: no parameter found).
+
+    `pattern` captures a parameter's name in group 1; a match without group 1 (a
+    string literal, a comment) is kept as it is. A repeated name keeps its number."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match[1] is None:
+            return match[0]
+        if match[1] not in names:
+            names.append(match[1])
+        return f"{mark}{names.index(match[1]) + 1}"
+
+    converted = pattern.sub(number, query)
+    if not names:
+        return query, None
+    if len(names) == 1:
+        only = names[0]
+        return converted, lambda params: (params[only],)
+    return converted, operator.itemgetter(*names)

@@ -16,13 +16,13 @@ results read back as text.
 
 from __future__ import annotations
 
-import operator
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from psycopg import pq
 
+from alkstore import _sql
 from alkstore.postgres import _conn
 
 _NAMED = re.compile(r"%\((\w+)\)s")
@@ -62,25 +62,16 @@ class Statement:
 
     def __init__(self, name: str, query: str, namespace: str) -> None:
         self.name = f"_alkstore_{name}_{namespace}".encode()
-        order: list[str] = []
-
-        def number(match: re.Match[str]) -> str:
-            if match[1] not in order:
-                order.append(match[1])
-            return f"${order.index(match[1]) + 1}"
-
-        numbered = _NAMED.sub(number, query)
-        if "%" in numbered or not order:
+        numbered, binder = _sql.numbered(query, _NAMED, "$")
+        if "%" in numbered or binder is None:
             raise ValueError(f"query {name!r} is not a plain %(name)s query: {query!r}")
         self.sql = numbered.encode()
-        self.params = tuple(order)
-        self._get = operator.itemgetter(*order)
+        self._bind = binder
 
     def values(self, params: Mapping[str, Any]) -> list[bytes | None]:
-        got = self._get(params)
         return [
             None if v is None else v.encode() if type(v) is str else _number(v)
-            for v in (got if len(self.params) > 1 else (got,))
+            for v in self._bind(params)
         ]
 
     def run(self, conn: _conn.Connection, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:

@@ -10,12 +10,11 @@ user code.
 
 from __future__ import annotations
 
-import operator
 import os
 import re
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -31,7 +30,7 @@ SWEEP_LOCK_TTL_MS = 60_000  # a crashed sweeper's lock row expires after this
 # a string literal or a comment (both kept as they are), or a `:name` parameter
 _NAMED = re.compile(r"'(?:[^']|'')*'|--[^\n]*|(?<![:\w]):([A-Za-z_]\w*)")
 
-Binder = Callable[[Mapping[str, Any]], tuple[Any, ...]]
+Binder = _sql.Binder
 
 
 def positional(query: str) -> tuple[str, Binder | None]:
@@ -44,22 +43,7 @@ def positional(query: str) -> tuple[str, Binder | None]:
     alone."""
     if ";" in query or ":" not in query:
         return query, None
-    names: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        if match[1] is None:
-            return match[0]
-        if match[1] not in names:
-            names.append(match[1])
-        return f"?{names.index(match[1]) + 1}"
-
-    converted = _NAMED.sub(number, query)
-    if not names:
-        return query, None
-    if len(names) == 1:
-        only = names[0]
-        return converted, lambda params: (params[only],)
-    return converted, operator.itemgetter(*names)
+    return _sql.numbered(query, _NAMED, "?")
 
 
 def _datetime(ms: int) -> datetime:
