@@ -53,6 +53,17 @@ class LogEntry:
         return f"LogEntry(position={self.position}, type={self.type!r}, key={self.key!r})"
 
 
+class Reserved(Protocol):
+    """A connection kept for one job (see `Engine.reserved`); one thread uses it."""
+
+    def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """Run a named query atomically; StorageError when the database cannot be reached
+        (the next call connects again)."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class Engine(Protocol):
     """What a storage engine provides to the logic above it."""
 
@@ -115,8 +126,17 @@ class Engine(Protocol):
         """Run a named query once per params inside the transaction on `conn`; rows of each."""
         ...
 
-    def sweep_lock(self, now_ms: int) -> AbstractContextManager[bool]:
+    def sweep_lock(self, now_ms: int | None) -> AbstractContextManager[bool]:
         """Hold the namespace's sweep lock for the block; yields False if another holds it."""
+        ...
+
+    def now_ms(self) -> int:
+        """The database's clock, in epoch milliseconds (ADR 0012)."""
+        ...
+
+    def reserved(self) -> Reserved:
+        """A connection of its own for work that must not wait behind the application's
+        (lease renewal): never from the pool, and first in line for SQLite's write lock."""
         ...
 
     @property

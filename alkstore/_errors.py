@@ -68,6 +68,14 @@ class InvalidPayload(EventError):
         super().__init__(f"invalid payload for event type {type_name!r}: {detail}")
 
 
+class InvalidHeaders(EventError):
+    """Stored headers are not a JSON object of strings (written by hand?)."""
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(f"headers are not a JSON object of strings: {detail}")
+
+
 class NotInTransaction(AlkstoreError):
     """Appending needs an open transaction on the connection; alkstore never autocommits."""
 

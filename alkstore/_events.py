@@ -95,7 +95,13 @@ class Codec:
         return self._encoder.encode(headers)
 
     def decode_headers(self, raw: bytes | str | None) -> dict[str, str]:
-        return self._headers.decode(raw) if raw else {}
+        """Stored headers: a JSON object of strings (InvalidHeaders if not)."""
+        if not raw:
+            return {}
+        try:
+            return self._headers.decode(raw)
+        except msgspec.DecodeError as exc:
+            raise _errors.InvalidHeaders(str(exc)) from exc
 
     def event_class(self, name: str) -> type[Event]:
         cls = self._types.get(name)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import msgspec
 
-from alkstore import _events
+from alkstore import _errors, _events
 
 if TYPE_CHECKING:
     from alkstore._queue import Queue
@@ -69,6 +69,7 @@ class Job(Generic[T]):
         "priority",
         "queue",
         "raw",
+        "started",
         "type",
     )
 
@@ -90,7 +91,9 @@ class Job(Generic[T]):
             headers,
             self.raw,
             self._progress,
+            started,
         ) = row
+        self.started = bool(started)
         self._queue = queue
         self.headers: dict[str, str] = _events.codec.decode_headers(headers)
 
@@ -123,10 +126,17 @@ class Job(Generic[T]):
         """Give up now: move the job to the dead letters with `reason`."""
         self._queue._bury(self, reason)
 
-    def release(self) -> None:
-        """Give the job back unprocessed: visible at once, and this attempt does not count
-        (a worker shutting down gracefully; ADR 0008)."""
-        self._queue._release(self)
+    def release(self, delay: float = 0) -> None:
+        """Give the job back unprocessed: visible after `delay` seconds, and this attempt
+        does not count (a worker shutting down gracefully; ADR 0008)."""
+        self._queue._release(self, delay)
+
+    def mark_started(self) -> None:
+        """For runtimes that prefetch (`claim_many(start=...)`): this job starts now, so
+        its attempt counts; record it in the database with `Queue.start_many`."""
+        if not self.started:
+            self.started = True
+            self.attempt += 1
 
     def heartbeat(self, progress: Any = None, extend: float | None = None) -> None:
         """Renew the lease (by `extend` seconds, default the claim's visibility) and store
@@ -154,6 +164,7 @@ class DeadLetter:
         "priority",
         "queue",
         "raw",
+        "raw_headers",
         "reason",
         "type",
     )
@@ -177,8 +188,15 @@ class DeadLetter:
         ) = row
         self.enqueued_at = from_ms(enqueued_at)
         self.died_at = from_ms(died_at)
-        self.headers: dict[str, str] = _events.codec.decode_headers(headers)
-        self.history: list[Attempt] = _history.decode(history)
+        self.raw_headers: str | bytes | None = headers
+        try:  # a dead letter can always be listed, whatever its row holds
+            self.headers: dict[str, str] = _events.codec.decode_headers(headers)
+        except _errors.EventError:
+            self.headers = {}
+        try:
+            self.history: list[Attempt] = _history.decode(history)
+        except msgspec.DecodeError:
+            self.history = []
 
     @cached_property
     def payload(self) -> Any:

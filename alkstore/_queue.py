@@ -22,21 +22,30 @@ DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_VISIBILITY = 30.0
 DEFAULT_MAX_PAYLOAD = 1_048_576
 CONFIG_TTL = 5.0  # seconds a Queue object trusts the stored defaults it read
+EXHAUSTED_EVERY = 1.0  # seconds between claim_many's looks for exhausted jobs to bury
 _INT32 = 2**31 - 1
 _encode = msgspec.json.Encoder().encode
 
 
 @dataclass
 class Runtime:
-    """What queues share with their store: engine, clock, random source, limits."""
+    """What queues share with their store: engine, clock, random source, limits.
+
+    `clock` None (the default): every time is the database's (ADR 0012); a clock is
+    the tests' seam, and then it is the time of every statement."""
 
     engine: _engine.Engine
-    clock: Callable[[], float]
+    clock: Callable[[], float] | None
     random: random.Random = field(default_factory=random.Random)
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD
 
+    def now_param(self) -> int | None:
+        """The `now` of a query: None lets the database use its own clock."""
+        return None if self.clock is None else int(self.clock() * 1000)
+
     def now_ms(self) -> int:
-        return int(self.clock() * 1000)
+        """The time in epoch ms (a round trip when it is the database's)."""
+        return self.engine.now_ms() if self.clock is None else int(self.clock() * 1000)
 
 
 class QueueConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -73,13 +82,13 @@ def _whole(name: str, value: object, low: int, high: int = _INT32) -> int:
     return value
 
 
-def _instant_ms(name: str, value: datetime | float, base_ms: int) -> int:
-    """An aware datetime, or a number of seconds after `base_ms` (epoch ms)."""
+def _instant_ms(name: str, value: datetime | float) -> int:
+    """An aware datetime, or epoch seconds, as epoch ms."""
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise _errors.InvalidArgument(f"{name} must be timezone-aware, got {value!r}")
         return int(value.timestamp() * 1000)
-    return base_ms + int(seconds(name, value) * 1000)
+    return int(seconds(name, value) * 1000)
 
 
 def encode_payload(payload: object, limit: int) -> tuple[str | None, str]:
@@ -94,15 +103,18 @@ def encode_payload(payload: object, limit: int) -> tuple[str | None, str]:
 
 
 def plain_params(runtime: Runtime, queue: str, payload: object) -> dict[str, Any]:
-    """One job with every option at its default (the hot path: `queue` already checked)."""
-    now = int(runtime.clock() * 1000)
+    """One job with every option at its default (the hot path: `queue` already checked).
+    Times are relative to the statement's `now` (the database's, ADR 0012)."""
+    clock = runtime.clock
     type_name, raw = encode_payload(payload, runtime.max_payload_bytes)
     return {
         "queue": queue,
         "priority": 0,
-        "visible_at": now,
-        "now": now,
+        "run_at": None,
+        "delay_ms": 0,
+        "now": None if clock is None else int(clock() * 1000),
         "expires_at": None,
+        "expires_ms": None,
         "max_attempts": None,
         "backoff": None,
         "dedupe_key": None,
@@ -135,14 +147,15 @@ def enqueue_params(
     if dedupe_key is not None and (not isinstance(dedupe_key, str) or not dedupe_key):
         raise _errors.InvalidArgument(f"dedupe_key must be a non-empty str, got {dedupe_key!r}")
     params = plain_params(runtime, queue, payload)
-    now = params["now"]
     if delay is not None:
-        params["visible_at"] = now + int(seconds("delay", delay) * 1000)
+        params["delay_ms"] = int(seconds("delay", delay) * 1000)
     elif run_at is not None:
-        params["visible_at"] = _instant_ms("run_at", run_at, 0)  # epoch seconds or a datetime
+        params["run_at"] = _instant_ms("run_at", run_at)  # epoch seconds or a datetime
     params["priority"] = _whole("priority", priority, -_INT32)
-    if expires is not None:
-        params["expires_at"] = _instant_ms("expires", expires, now)
+    if isinstance(expires, datetime):
+        params["expires_at"] = _instant_ms("expires", expires)
+    elif expires is not None:
+        params["expires_ms"] = int(seconds("expires", expires) * 1000)
     if max_attempts is not None:
         params["max_attempts"] = _whole("max_attempts", max_attempts, 1)
     if backoff is not None:
@@ -181,6 +194,7 @@ class Queue:
         self._engine = runtime.engine
         self._config: QueueConfig | None = None
         self._config_read = 0.0
+        self._exhausted_checked = time.monotonic()
 
     # -- configuration ---------------------------------------------------------------
 
@@ -292,18 +306,67 @@ class Queue:
         jobs = self.claim_many(1, visibility=visibility)
         return jobs[0] if jobs else None
 
-    def claim_many(self, n: int, visibility: float | None = None) -> list[_jobs.Job[Any]]:
-        """Claim up to n jobs: highest priority first, then run time, then enqueue order."""
+    def claim_many(
+        self, n: int, visibility: float | None = None, *, start: int | None = None
+    ) -> list[_jobs.Job[Any]]:
+        """Claim up to n jobs: highest priority first, then run time, then enqueue order.
+
+        `start` (default: all n): how many of them start now and count an attempt; the
+        rest are prefetched, leased but not started, until `Job.mark_started()` and
+        `start_many` (the worker runtime's prefetch; ADR 0012). A row that cannot be
+        made into a Job (headers written by hand that are not {str: str}) is moved to
+        the dead letters with the reason instead of being handed out."""
         _whole("n", n, 1, 100_000)
+        start = n if start is None else _whole("start", start, 0, n)
         if visibility is None:
             visibility = self.config().visibility
         lease = lease_ms("visibility", visibility)
-        params = {"queue": self.name, "now": self._rt.now_ms(), "lease_ms": lease, "n": n}
-        # Job(...), not Job[Any](...): calling a subscripted generic costs a setattr per job
+        params = {
+            "queue": self.name,
+            "now": self._rt.now_param(),
+            "lease_ms": lease,
+            "n": n,
+            "start": start,
+        }
         rows = self._engine.run("claim", params)
-        jobs: list[_jobs.Job[Any]] = [_jobs.Job(self, row) for row in rows]
+        jobs: list[_jobs.Job[Any]] = []
+        for row in rows:
+            try:  # Job(...), not Job[Any](...): a subscripted generic costs a setattr per job
+                jobs.append(_jobs.Job(self, row))
+            except _errors.EventError as exc:
+                self._bury_row(row, exc)
         jobs.sort(key=lambda job: (-job.priority, job.due_ms, job.id))  # RETURNING is unordered
+        self._bury_exhausted()
         return jobs
+
+    def _bury_row(self, row: tuple[Any, ...], exc: Exception) -> None:
+        """Dead-letter a claimed row that does not decode (it never reaches a handler)."""
+        job_id, token, attempts, started = row[0], row[7], row[4], row[-1]
+        reason = f"job does not decode: {exc}"
+        params = {
+            "id": job_id,
+            "token": token,
+            "attempts": attempts if started else attempts + 1,
+            "reason": reason,
+            "now": self._rt.now_param(),
+        }
+        self._engine.run("bury", params)
+
+    def _bury_exhausted(self) -> None:
+        """Dead-letter exhausted jobs (their last lease ran out) at most once a second per
+        Queue object: an application that only calls claim() buries them too."""
+        now = time.monotonic()
+        if now - self._exhausted_checked < EXHAUSTED_EVERY:
+            return
+        self._exhausted_checked = now
+        params = {"now": self._rt.now_param(), "batch": SWEEP_BATCH}
+        self._engine.run("sweep_exhausted", params)
+
+    def start_many(self, jobs: Sequence[_jobs.Job[Any]]) -> None:
+        """Record that prefetched jobs started (their attempts count); see claim_many."""
+        if jobs:
+            pairs = _encode([[job.id, job.lease_token] for job in jobs]).decode()
+            self._engine.run("start_many", {"pairs": pairs})
 
     def ack_many(self, jobs: Sequence[_jobs.Job[Any]]) -> list[int]:
         """Acknowledge several jobs in one statement; returns the ids whose lease was lost."""
@@ -314,18 +377,14 @@ class Queue:
         return [job.id for job in jobs if job.id not in done]
 
     def _checked(self, job: _jobs.Job[Any], operation: str, name: str, **params: Any) -> None:
-        params.update(id=job.id, token=job.lease_token)
+        params.update(id=job.id, token=job.lease_token, now=self._rt.now_param())
         if not self._engine.run(name, params):
             raise _errors.LeaseLost(job.id, operation)
 
     def _ack(self, job: _jobs.Job[Any]) -> None:
         self._checked(job, "ack", "ack")
 
-    def _entry(self, job: _jobs.Job[Any], error: str, now: int) -> str:
-        return _encode({"attempt": job.attempt, "error": error, "at": now}).decode()
-
     def _retry(self, job: _jobs.Job[Any], delay: float | None, error: str | None) -> None:
-        now = self._rt.now_ms()
         error = "retry requested" if error is None else str(error)
         if delay is not None:
             seconds("delay", delay)  # checked even when this attempt was the last
@@ -335,26 +394,26 @@ class Queue:
         if delay is None:
             curve = _backoff.decode(job._backoff) if job._backoff else self.config().backoff
             delay = curve.seconds(job.attempt, self._rt.random)
-        visible_at = now + int(seconds("delay", delay) * 1000)
-        entry = self._entry(job, error, now)
-        self._checked(job, "retry", "retry", visible_at=visible_at, entry=entry)
+        delay_ms = int(seconds("delay", delay) * 1000)
+        self._checked(
+            job, "retry", "retry", delay_ms=delay_ms, attempts=job.attempt, error=error
+        )
         self._engine.committed()
 
-    def _release(self, job: _jobs.Job[Any]) -> None:
-        self._checked(job, "release", "release", now=self._rt.now_ms())
+    def _release(self, job: _jobs.Job[Any], delay: float) -> None:
+        delay_ms = int(seconds("delay", delay) * 1000)
+        attempts = job.attempt - 1 if job.started else job.attempt
+        self._checked(job, "release", "release", delay_ms=delay_ms, attempts=attempts)
         self._engine.committed()
 
     def _bury(self, job: _jobs.Job[Any], reason: str) -> None:
-        now = self._rt.now_ms()
         reason = str(reason)
-        entry = self._entry(job, reason, now)
-        self._checked(job, "fail", "bury", entry=entry, reason=reason, now=now)
+        self._checked(job, "fail", "bury", attempts=job.attempt, reason=reason)
 
     def _heartbeat(self, job: _jobs.Job[Any], progress: Any, extend: float | None) -> None:
         lease = job.lease_ms if extend is None else lease_ms("extend", extend)
-        visible_at = self._rt.now_ms() + lease
         encoded = None if progress is None else _events.codec.encode_value(progress).decode()
-        self._checked(job, "heartbeat", "heartbeat", visible_at=visible_at, progress=encoded)
+        self._checked(job, "heartbeat", "heartbeat", lease_ms=lease, progress=encoded)
 
     # -- dead letters and stats ------------------------------------------------------
 
@@ -371,7 +430,7 @@ class Queue:
         params = {
             **self._ids(ids),
             "queue": self.name,
-            "now": self._rt.now_ms(),
+            "now": self._rt.now_param(),
             "reset": bool(reset_attempts),
         }
         count = len(self._engine.run("requeue", params))
@@ -385,11 +444,12 @@ class Queue:
         """Delete dead letters: the given ids, "all", and/or those older than N seconds."""
         if ids is None and older_than is None:
             raise _errors.InvalidArgument('purge_dead needs ids (or "all") or older_than')
-        cutoff = None
+        older_ms = None
         if older_than is not None:
-            cutoff = self._rt.now_ms() - int(seconds("older_than", older_than) * 1000)
-        params = {**self._ids(None if ids in (None, "all") else ids), "older_than": cutoff}
+            older_ms = int(seconds("older_than", older_than) * 1000)
+        params = {**self._ids(None if ids in (None, "all") else ids), "older_ms": older_ms}
         params["queue"] = self.name
+        params["now"] = self._rt.now_param()
         return len(self._engine.run("purge_dead", params))
 
     @staticmethod
@@ -402,11 +462,10 @@ class Queue:
         return {"all": False, "ids": _encode(values).decode()}
 
     def stats(self) -> _jobs.QueueStats:
-        now = self._rt.now_ms()
-        ready, scheduled, active, dead, oldest = self._engine.run(
-            "stats", {"queue": self.name, "now": now}
+        ready, scheduled, active, dead, oldest_ms = self._engine.run(
+            "stats", {"queue": self.name, "now": self._rt.now_param()}
         )[0]
-        age = None if oldest is None else max(0.0, (now - oldest) / 1000)
+        age = None if oldest_ms is None else max(0.0, oldest_ms / 1000)
         return _jobs.QueueStats(ready, scheduled, active, dead, age)
 
     def __repr__(self) -> str:
@@ -419,7 +478,7 @@ SWEEP_BATCH = 1_000
 def sweep(runtime: Runtime) -> _jobs.SweepResult:
     """Maintenance for every queue of the namespace; one process at a time."""
     engine = runtime.engine
-    now = runtime.now_ms()
+    now = runtime.now_param()
     with engine.sweep_lock(now) as held:
         if not held:
             return _jobs.SweepResult(ran=False)

@@ -99,7 +99,7 @@ def subscribe(
         "events": _encode(globs).decode(),
         "patterns": _encode(patterns).decode(),
         "checkpoint": checkpoint,
-        "now": rt.now_ms(),
+        "now": rt.now_param(),
     }
     rows = rt.engine.run("subscribe", params)
     rt.engine.committed()  # wake the relay: a new subscription may have work
@@ -124,7 +124,7 @@ def replay(rt: _queue.Runtime, queue: str, from_position: int) -> None:
     Handlers see those events again: delivery is at-least-once across a replay."""
     if isinstance(from_position, bool) or not isinstance(from_position, int) or from_position < 1:
         raise _errors.InvalidArgument(f"from_position must be >= 1, got {from_position!r}")
-    params = {"queue": queue, "checkpoint": from_position - 1, "now": rt.now_ms()}
+    params = {"queue": queue, "checkpoint": from_position - 1, "now": rt.now_param()}
     if not rt.engine.run("set_checkpoint", params):
         raise _errors.InvalidArgument(f"no subscription for queue {queue!r}")
     rt.engine.committed()
@@ -142,7 +142,7 @@ class Lease:
     def __init__(self, rt: _queue.Runtime, name: str, ttl: float) -> None:
         self._rt = rt
         self.name = name
-        self.ttl_ms = int(_queue.seconds("ttl", ttl, positive=True) * 1000)
+        self.ttl_ms = _queue.lease_ms("ttl", ttl)  # never a 0 ms lease
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.token: int | None = None
 
@@ -150,7 +150,7 @@ class Lease:
         return {"name": self.name, "holder": self.holder, "ttl_ms": self.ttl_ms, **more}
 
     def acquire(self) -> bool:
-        rows = self._rt.engine.run("lock_acquire", self._params(now=self._rt.now_ms()))
+        rows = self._rt.engine.run("lock_acquire", self._params(now=self._rt.now_param()))
         self.token = int(rows[0][0]) if rows else None
         return self.token is not None
 
@@ -158,7 +158,7 @@ class Lease:
         """Extend the lease; inside the caller's transaction when `conn` is given."""
         if self.token is None:
             return False
-        params = self._params(now=self._rt.now_ms(), token=self.token)
+        params = self._params(now=self._rt.now_param(), token=self.token)
         engine = self._rt.engine
         rows = (
             engine.run_in(conn, "lock_renew", params) if conn else engine.run("lock_renew", params)
@@ -191,7 +191,7 @@ def relay_batch(rt: _queue.Runtime, lease: Lease | None, batch: int = 5_000) -> 
     """
     engine = rt.engine
     engine.sequence()
-    now = rt.now_ms()
+    now = rt.now_param()
     with engine.transaction() as conn:
         if lease is not None and not lease.renew(conn):
             raise NotLeader(f"lease {lease.name!r} was taken over; stopping")

@@ -1,7 +1,10 @@
 """Named SQL in `.sql` files: `-- name: xyz` headers, loaded once per engine.
 
 `{ns}` in a query is the namespace: a PostgreSQL schema or an SQLite table
-prefix. Namespaces are validated identifiers (see `_config.check_name`), so the
+prefix. `{now}` is the statement's time in epoch milliseconds: the `now` parameter
+when the store has an injected clock (tests), else the database's own clock
+(ADR 0012: every ownership decision uses the database's time). Such fragments
+are defined once per engine as queries named `<name>_fragment` and fill `{<name>}`. Namespaces are validated identifiers (see `_config.check_name`), so the
 substitution cannot inject SQL; that is why the results are typed LiteralString
 (mypy treats LiteralString as str, so no cast is needed or possible here).
 """
@@ -38,8 +41,24 @@ def _raw(package: str) -> dict[str, str]:
 
 @cache
 def queries(package: str, ns: str) -> dict[str, LiteralString]:
-    """The named queries of an engine package, with `{ns}` filled in (cached: do not mutate)."""
-    return {name: body.replace("{ns}", ns) for name, body in _raw(package).items()}
+    """The named queries of an engine package, with `{ns}` and `{now}` filled in (cached:
+    do not mutate)."""
+    raw = _raw(package)
+    fragments = {  # their comment lines stay in the .sql file
+        "{" + name.removesuffix("_fragment") + "}": "\n".join(
+            line for line in body.splitlines() if not line.startswith("--")
+        )
+        for name, body in raw.items()
+        if name.endswith("_fragment")
+    }
+
+    def fill(body: str) -> str:
+        while "{" in body and any(mark in body for mark in fragments):
+            for mark, fragment in fragments.items():
+                body = body.replace(mark, fragment)
+        return body.replace("{ns}", ns)
+
+    return {name: fill(body) for name, body in raw.items() if not name.endswith("_fragment")}
 
 
 def query_names(package: str) -> set[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import random
-import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, overload
@@ -15,6 +14,7 @@ from alkstore import (
     _errors,
     _events,
     _jobs,
+    _leases,
     _queue,
     _routing,
     _schedules,
@@ -143,7 +143,7 @@ class Store:
         self,
         engine: _engine.Engine,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         max_payload_bytes: int = _queue.DEFAULT_MAX_PAYLOAD,
     ) -> None:
         self._engine = engine
@@ -222,8 +222,18 @@ class Store:
         return _routing.status(self._runtime)
 
     @property
-    def clock(self) -> Callable[[], float]:
+    def clock(self) -> Callable[[], float] | None:
+        """The injected clock, or None: times are the database's (ADR 0012)."""
         return self._runtime.clock
+
+    def now(self) -> float:
+        """The store's time in epoch seconds: the database's clock unless one was injected."""
+        return self._runtime.now_ms() / 1000
+
+    def renewal(self) -> _leases.Renewal:
+        """Renew many jobs' leases in one statement, on a connection of its own (the
+        worker runtime's renewer; ADR 0012)."""
+        return _leases.Renewal(self._runtime)
 
     def sweep(self) -> _jobs.SweepResult:
         """Maintenance: dead-letter expired jobs and exhausted expired leases, apply
@@ -280,7 +290,7 @@ def connect(
     *,
     namespace: str | None = None,
     pool_size: int = 10,
-    clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] | None = None,
     max_payload_bytes: int = _queue.DEFAULT_MAX_PAYLOAD,
 ) -> Store:
     """Open a store: `sqlite:///app.db`, `sqlite:///:memory:` or `postgresql://...`.
@@ -288,7 +298,9 @@ def connect(
     With no URL: `$ALKSTORE_DB`, else the embedded `sqlite:///alkstore.db`. With no
     namespace: `$ALKSTORE_NAMESPACE`, else "alkstore".
     Bad URLs and namespaces raise before anything touches a database.
-    `clock` (seconds since the epoch) drives queue times: leases, delays, backoff.
+    Every time that decides who owns a job or when it runs (leases, delays, backoff,
+    schedule boundaries) is the database's clock; `clock` (epoch seconds) replaces it,
+    for tests.
     """
     if (
         isinstance(max_payload_bytes, bool)

@@ -26,6 +26,7 @@ _PACKAGE = "alkstore.postgres"
 SEQUENCE_BATCH = 5_000
 PREPARED = ("enqueue",)  # hot one-statement queries run on libpq (_prepared)
 LISTEN_POLL = 0.25  # seconds: how often the listener thread checks for close()
+RESERVED_CONNECT_TIMEOUT = 5  # seconds (the lease renewer's own connection)
 
 translate = _conn.translate
 _translated = _conn.translated
@@ -231,8 +232,17 @@ class PostgresEngine:
                 results.append(cursor.fetchall() if cursor.description else [])
             return results
 
+    def now_ms(self) -> int:
+        with self.connection() as conn, translate():
+            row = conn.execute(self._q["db_now"], {"now": None}).fetchone()
+            assert row is not None
+            return int(row[0])
+
+    def reserved(self) -> _Reserved:
+        return _Reserved(self._url, self._q, self._closed)
+
     @contextmanager
-    def sweep_lock(self, now_ms: int) -> Iterator[bool]:
+    def sweep_lock(self, now_ms: int | None) -> Iterator[bool]:
         with self.connection() as conn, translate():
             row = conn.execute(self._q["sweep_try_lock"]).fetchone()
             held = bool(row and row[0])
@@ -268,6 +278,39 @@ class PostgresEngine:
         if self._listener is not None:
             self._listener.join()
         self._pool.close()
+
+
+class _Reserved:
+    """A connection of its own, outside the pool: lease renewal never waits for one the
+    application's handlers hold (ADR 0012). Connects on first use and after a failure."""
+
+    def __init__(self, url: str, queries: dict[str, LiteralString], closed: threading.Event):
+        self._url = url
+        self._q = queries
+        self._closed = closed
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        if self._closed.is_set():
+            raise _errors.AlkstoreError("the store is closed")
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(
+                    self._url, autocommit=True, connect_timeout=RESERVED_CONNECT_TIMEOUT
+                )
+                _configure(self._conn)
+            cursor = self._conn.execute(self._q[name], params)
+            return cursor.fetchall() if cursor.description else []
+        except psycopg.Error as exc:
+            if self._conn is not None and self._conn.broken:
+                self._conn.close()
+                self._conn = None
+            raise _translated(exc) from exc
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
 
 def _retry_state(attempt: int) -> tenacity.RetryCallState:

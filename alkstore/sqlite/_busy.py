@@ -7,6 +7,7 @@ Every alkstore connection gets a `BusyWait` handler, and BEGIN/COMMIT go through
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable
 
@@ -27,6 +28,32 @@ _busy_retrying = tenacity.Retrying(
 )
 
 
+class Gate:
+    """First in line for the write lock, within one process (ADR 0012).
+
+    While a reserved connection (lease renewal) waits for the lock, this process's
+    other connections neither begin a write nor retry a busy one, so a renewal is
+    never starved by the worker's own handlers holding the lock one after another."""
+
+    def __init__(self) -> None:
+        self.waiting = 0  # read without the lock on the hot path: a plain int
+        self._cond = threading.Condition()
+
+    def enter(self) -> None:
+        with self._cond:
+            self.waiting += 1
+
+    def leave(self) -> None:
+        with self._cond:
+            self.waiting -= 1
+            self._cond.notify_all()
+
+    def hold(self, timeout: float) -> None:
+        """Wait (up to `timeout`) until no reserved connection waits."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.waiting == 0, timeout)
+
+
 class BusyWait:
     """A connection's busy handler: try again every 0.2-1 ms, then every 1-3 ms,
     until BUSY_TIMEOUT.
@@ -44,7 +71,9 @@ class BusyWait:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[float, float], float] = random.uniform,
+        gate: Gate | None = None,
     ) -> None:
+        self._gate = gate
         self._timeout = timeout
         self._sleep = sleep
         self._clock = clock
@@ -58,6 +87,9 @@ class BusyWait:
             self._deadline = now + self._timeout
         elif now >= self._deadline:
             return False
+        if self._gate is not None and self._gate.waiting:
+            self._gate.hold(max(0.0, self._deadline - now))  # let the reserved one go first
+            return True
         self._sleep(self._rand(*(QUICK_SLEEP if tries < QUICK_TRIES else SLOW_SLEEP)))
         return True
 

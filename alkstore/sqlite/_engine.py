@@ -50,9 +50,9 @@ def _datetime(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, UTC)
 
 
-def configure(conn: apsw.Connection) -> None:
-    """Settings every alkstore SQLite connection uses."""
-    conn.set_busy_handler(_busy.BusyWait())
+def configure(conn: apsw.Connection, gate: _busy.Gate | None = None) -> None:
+    """Settings every alkstore SQLite connection uses (`gate`: defer to reserved ones)."""
+    conn.set_busy_handler(_busy.BusyWait(gate=gate))
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA foreign_keys = ON")
 
@@ -71,6 +71,7 @@ class SqliteEngine:
         self._all: weakref.WeakSet[apsw.Connection] = weakref.WeakSet()  # freed with threads
         self._all_lock = threading.Lock()
         self._wake = _wake.Wake()
+        self.gate = _busy.Gate()
         self._watcher: _watch.Watcher | None = None
         self._closed = threading.Event()
         self._is_closed = False  # the same, read on the hot path without a call
@@ -97,13 +98,13 @@ class SqliteEngine:
 
     # -- connections -----------------------------------------------------------------
 
-    def _open(self) -> apsw.Connection:
+    def _open(self, *, reserved: bool = False) -> apsw.Connection:
         try:
             conn = apsw.Connection(self._path)
         except apsw.Error as exc:
             message = f"cannot open SQLite database {self._path!r}: {exc}"
             raise _errors.StorageError(message) from exc
-        configure(conn)
+        configure(conn, None if reserved else self.gate)
         with self._all_lock:
             self._all.add(conn)
         return conn
@@ -129,6 +130,8 @@ class SqliteEngine:
         with self._connection() as conn:
             if conn.in_transaction:
                 raise _errors.AlkstoreError("a store transaction is already open on this thread")
+            if self.gate.waiting:
+                self.gate.hold(_busy.BUSY_TIMEOUT)
             _busy.execute(conn, "BEGIN IMMEDIATE")
             try:
                 yield conn
@@ -222,6 +225,8 @@ class SqliteEngine:
         if conn.in_transaction:
             raise _errors.AlkstoreError("a store transaction is already open on this thread")
         query, bind = self._positional[name]
+        if self.gate.waiting:
+            self.gate.hold(_busy.BUSY_TIMEOUT)
         _busy.execute(conn, "BEGIN IMMEDIATE")
         try:
             rows: list[tuple[Any, ...]] = conn.execute(
@@ -249,8 +254,17 @@ class SqliteEngine:
     ) -> list[list[tuple[Any, ...]]]:
         return [self.run_in(conn, name, params) for params in params_seq]
 
+    def now_ms(self) -> int:
+        with self._connection() as conn, _translate(conn, self._namespace):
+            value = conn.execute(self._q["db_now"], {"now": None}).fetchall()[0][0]
+            assert isinstance(value, int)
+            return value
+
+    def reserved(self) -> _Reserved:
+        return _Reserved(self)
+
     @contextmanager
-    def sweep_lock(self, now_ms: int) -> Iterator[bool]:
+    def sweep_lock(self, now_ms: int | None) -> Iterator[bool]:
         """A lease row in the locks table (SQLite has no advisory locks)."""
         holder = f"{os.getpid()}:{id(self)}:{threading.get_ident()}"
         params = {"name": "sweep", "holder": holder, "now": now_ms, "ttl_ms": SWEEP_LOCK_TTL_MS}
@@ -279,6 +293,47 @@ class SqliteEngine:
             conns, self._all = list(self._all), weakref.WeakSet()
         for conn in conns:
             conn.close()
+
+
+class _Reserved:
+    """A connection of its own, first in line for the write lock (`_busy.Gate`)."""
+
+    def __init__(self, engine: SqliteEngine) -> None:
+        self._engine = engine
+        self._conn: apsw.Connection | None = None
+
+    def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        engine = self._engine
+        if engine._memory:
+            return engine.run(name, params)  # one shared connection: nothing to reserve
+        if engine._is_closed:
+            raise _errors.AlkstoreError("the store is closed")
+        if self._conn is None:
+            self._conn = engine._open(reserved=True)
+        conn = self._conn
+        query, bind = engine._positional[name]
+        engine.gate.enter()
+        try:
+            _busy.execute(conn, "BEGIN IMMEDIATE")
+        except apsw.Error as exc:
+            raise _storage_error(conn, engine.namespace, exc) from exc
+        finally:
+            engine.gate.leave()
+        try:
+            rows: list[tuple[Any, ...]] = conn.execute(
+                query, params if bind is None else bind(params)
+            ).fetchall()
+            _busy.execute(conn, "COMMIT")
+        except apsw.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise _storage_error(conn, engine.namespace, exc) from exc
+        return rows
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
 
 def _table_exists(conn: apsw.Connection, table: str) -> bool:

@@ -23,7 +23,9 @@ def test_claim_uses_the_claim_index_without_sorting(
     store: alkstore.Store, backend: Backend
 ) -> None:
     _fill(store, 5000)
-    params: dict[str, Any] = {"queue": "deep", "now": 2**50, "lease_ms": 1000, "n": 10}
+    params: dict[str, Any] = {
+        "queue": "deep", "now": 2**50, "lease_ms": 1000, "n": 10, "start": 10
+    }
     if backend.name == "sqlite":
         sql = _sql.queries("alkstore.sqlite", backend.namespace)["claim"]
         conn = apsw.Connection(backend.url.removeprefix("sqlite:///"))
@@ -42,4 +44,16 @@ def test_claim_uses_the_claim_index_without_sorting(
             assert row is not None
             text = json.dumps(row[0])
         assert '"Index Name": "jobs_claim"' in text, text
-        assert '"Node Type": "Sort"' not in text, text
+        # the only sort is of the <= n claimed rows (the start ranking), never of the queue
+        for node in _nodes(row[0][0]["Plan"]):
+            if node["Node Type"] == "Sort":
+                below = _nodes(node)
+                assert not any(n.get("Relation Name") == "jobs" for n in below), text
+                assert any(n.get("CTE Name") == "next" for n in below), text
+
+
+def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    found = [plan]
+    for child in plan.get("Plans", []):
+        found.extend(_nodes(child))
+    return found

@@ -47,3 +47,18 @@ SELECT pg_notify('__alkstore_{ns}', '')
 
 -- name: listen
 LISTEN __alkstore_{ns}
+
+-- name: now_fragment
+-- `{now}` in every query: the injected test clock's `now`, else the server's clock at the
+-- start of the statement (ADR 0012).
+coalesce(%(now)s::bigint, (extract(epoch FROM statement_timestamp()) * 1000)::bigint)
+
+-- name: db_now
+SELECT {now}
+
+-- name: up_for_lease_fragment
+-- A lapsed lease may be taken from its holder only once the server has been up for the
+-- lease's length: a restart must not cost a live holder its job (ADR 0012). An injected
+-- test clock (`now` given) skips the rule.
+(%(now)s::bigint IS NOT NULL
+ OR {now} - (extract(epoch FROM pg_postmaster_start_time()) * 1000)::bigint >= lease_ms)

@@ -17,7 +17,8 @@ ON CONFLICT (name) DO UPDATE SET
 -- name: enqueue
 INSERT INTO {ns}.jobs (queue, priority, visible_at, enqueued_at, expires_at, max_attempts,
                        backoff, dedupe_key, type, key, position, headers, payload)
-VALUES (%(queue)s, %(priority)s, %(visible_at)s, %(now)s, %(expires_at)s,
+VALUES (%(queue)s, %(priority)s, coalesce(%(run_at)s::bigint, {now} + %(delay_ms)s::bigint),
+        {now}, coalesce(%(expires_at)s::bigint, {now} + %(expires_ms)s::bigint),
         coalesce(%(max_attempts)s,
                  (SELECT max_attempts FROM {ns}.queues WHERE name = %(queue)s), 5),
         %(backoff)s::jsonb, %(dedupe_key)s, %(type)s, %(key)s, %(position)s,
@@ -28,7 +29,8 @@ RETURNING id
 -- With a dedupe key: a live duplicate inserts nothing (and does not abort the transaction).
 INSERT INTO {ns}.jobs (queue, priority, visible_at, enqueued_at, expires_at, max_attempts,
                        backoff, dedupe_key, type, key, position, headers, payload)
-VALUES (%(queue)s, %(priority)s, %(visible_at)s, %(now)s, %(expires_at)s,
+VALUES (%(queue)s, %(priority)s, coalesce(%(run_at)s::bigint, {now} + %(delay_ms)s::bigint),
+        {now}, coalesce(%(expires_at)s::bigint, {now} + %(expires_ms)s::bigint),
         coalesce(%(max_attempts)s,
                  (SELECT max_attempts FROM {ns}.queues WHERE name = %(queue)s), 5),
         %(backoff)s::jsonb, %(dedupe_key)s, %(type)s, %(key)s, %(position)s,
@@ -37,30 +39,55 @@ ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
 
 -- name: claim
+-- Lease up to n jobs; the first `start` of them (in claim order) start now and count an
+-- attempt, the rest are prefetched (started = false) and count when the worker starts
+-- them (start_many). A lapsed lease that had started records "lease expired".
 WITH next AS (
-    SELECT id FROM {ns}.jobs
+    SELECT id, priority, visible_at FROM {ns}.jobs
     WHERE queue = %(queue)s
-      AND visible_at <= %(now)s
+      AND visible_at <= {now}
       AND attempts < max_attempts
-      AND (expires_at IS NULL OR attempts > 0 OR expires_at > %(now)s)
+      AND (expires_at IS NULL OR attempts > 0 OR expires_at > {now})
+      AND (lease_token IS NULL OR {up_for_lease})
     ORDER BY priority DESC, visible_at, id
     LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
+), ranked AS (
+    SELECT id, row_number() OVER (ORDER BY priority DESC, visible_at, id) <= %(start)s AS go
+    FROM next
 )
 UPDATE {ns}.jobs AS j SET
-    attempts = j.attempts + 1,
+    attempts = j.attempts + ranked.go::int,
+    started = ranked.go,
     claimed_for = j.visible_at,
-    visible_at = %(now)s + %(lease_ms)s,
+    visible_at = {now} + %(lease_ms)s,
     lease_ms = %(lease_ms)s,
     lease_token = floor(random() * 9007199254740991)::bigint + 1,
-    history = CASE WHEN j.lease_token IS NULL THEN j.history
+    history = CASE WHEN j.lease_token IS NULL OR NOT j.started THEN j.history
               ELSE j.history || jsonb_build_array(jsonb_build_object(
                   'attempt', j.attempts, 'error', 'lease expired', 'at', j.visible_at))
               END
-FROM next WHERE j.id = next.id
+FROM ranked WHERE j.id = ranked.id
 RETURNING j.id, j.queue, j.priority, j.claimed_for, j.attempts, j.max_attempts, j.backoff::text,
           j.lease_token, j.lease_ms, j.enqueued_at, j.type, j.key, j.position,
-          j.headers::text, j.payload::text, j.progress::text
+          j.headers::text, j.payload::text, j.progress::text, j.started
+
+-- name: start_many
+-- Prefetched jobs whose handlers started: their attempt counts now.
+UPDATE {ns}.jobs AS j SET attempts = j.attempts + 1, started = true
+FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token
+      FROM jsonb_array_elements(%(pairs)s::jsonb) AS e) AS s
+WHERE j.id = s.id AND j.lease_token = s.token AND NOT j.started
+RETURNING j.id
+
+-- name: renew_many
+-- Renew every lease a worker holds in one statement: [[id, token, lease_ms], ...].
+-- A lease that ran out but was not claimed again is renewed too (ADR 0012).
+UPDATE {ns}.jobs AS j SET visible_at = {now} + r.lease_ms
+FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, (e->>2)::bigint AS lease_ms
+      FROM jsonb_array_elements(%(leases)s::jsonb) AS e) AS r
+WHERE j.id = r.id AND j.lease_token = r.token
+RETURNING j.id, j.lease_token
 
 -- name: ack
 DELETE FROM {ns}.jobs WHERE id = %(id)s AND lease_token = %(token)s RETURNING id
@@ -73,22 +100,29 @@ WHERE j.id = a.id AND j.lease_token = a.token
 RETURNING j.id
 
 -- name: retry
+-- The holder knows how many attempts ran (`attempts`): a start it has not flushed yet
+-- counts too.
 UPDATE {ns}.jobs SET
-    visible_at = %(visible_at)s,
+    visible_at = {now} + %(delay_ms)s,
     lease_token = NULL,
-    history = history || jsonb_build_array(%(entry)s::jsonb)
+    started = false,
+    attempts = %(attempts)s,
+    history = history || jsonb_build_array(jsonb_build_object(
+        'attempt', %(attempts)s::int, 'error', %(error)s::text, 'at', {now}))
 WHERE id = %(id)s AND lease_token = %(token)s
 RETURNING id
 
 -- name: release
--- Give a claimed job back untouched: visible now, and this attempt does not count.
-UPDATE {ns}.jobs SET visible_at = %(now)s, lease_token = NULL, attempts = attempts - 1
+-- Give a claimed job back: visible after delay_ms, and an attempt that started does not
+-- count (`attempts` is the holder's count without it).
+UPDATE {ns}.jobs SET visible_at = {now} + %(delay_ms)s, lease_token = NULL, started = false,
+    attempts = %(attempts)s
 WHERE id = %(id)s AND lease_token = %(token)s
 RETURNING id
 
 -- name: heartbeat
 UPDATE {ns}.jobs SET
-    visible_at = %(visible_at)s,
+    visible_at = {now} + %(lease_ms)s,
     progress = coalesce(%(progress)s::jsonb, progress)
 WHERE id = %(id)s AND lease_token = %(token)s
 RETURNING id
@@ -100,9 +134,11 @@ WITH dead AS (
 INSERT INTO {ns}.dead_letters (id, queue, priority, enqueued_at, attempts, max_attempts, backoff,
                                dedupe_key, type, key, position, headers, payload, history,
                                reason, died_at)
-SELECT id, queue, priority, enqueued_at, attempts, max_attempts, backoff, dedupe_key, type, key,
-       position, headers, payload, history || jsonb_build_array(%(entry)s::jsonb),
-       %(reason)s, %(now)s
+SELECT id, queue, priority, enqueued_at, %(attempts)s, max_attempts, backoff, dedupe_key, type,
+       key, position, headers, payload,
+       history || jsonb_build_array(jsonb_build_object(
+           'attempt', %(attempts)s::int, 'error', %(reason)s::text, 'at', {now})),
+       %(reason)s, {now}
 FROM dead
 RETURNING id
 
@@ -110,7 +146,8 @@ RETURNING id
 WITH dead AS (
     DELETE FROM {ns}.jobs WHERE id IN (
         SELECT id FROM {ns}.jobs
-        WHERE expires_at <= %(now)s AND attempts = 0 AND expires_at IS NOT NULL
+        WHERE expires_at <= {now} AND attempts = 0 AND expires_at IS NOT NULL
+          AND (lease_token IS NULL OR visible_at <= {now})  -- not while prefetched
         LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
     RETURNING *
 )
@@ -118,7 +155,7 @@ INSERT INTO {ns}.dead_letters (id, queue, priority, enqueued_at, attempts, max_a
                                dedupe_key, type, key, position, headers, payload, history,
                                reason, died_at)
 SELECT id, queue, priority, enqueued_at, attempts, max_attempts, backoff, dedupe_key, type, key,
-       position, headers, payload, history, 'expired', %(now)s
+       position, headers, payload, history, 'expired', {now}
 FROM dead
 RETURNING id
 
@@ -126,7 +163,8 @@ RETURNING id
 WITH dead AS (
     DELETE FROM {ns}.jobs WHERE id IN (
         SELECT id FROM {ns}.jobs
-        WHERE lease_token IS NOT NULL AND visible_at <= %(now)s AND attempts >= max_attempts
+        WHERE attempts >= max_attempts
+          AND (lease_token IS NULL OR (visible_at <= {now} AND {up_for_lease}))
         LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
     RETURNING *
 )
@@ -135,16 +173,17 @@ INSERT INTO {ns}.dead_letters (id, queue, priority, enqueued_at, attempts, max_a
                                reason, died_at)
 SELECT id, queue, priority, enqueued_at, attempts, max_attempts, backoff, dedupe_key, type, key,
        position, headers, payload,
-       history || jsonb_build_array(jsonb_build_object(
-           'attempt', attempts, 'error', 'lease expired', 'at', visible_at)),
-       'lease expired', %(now)s
+       CASE WHEN lease_token IS NULL THEN history
+       ELSE history || jsonb_build_array(jsonb_build_object(
+           'attempt', attempts, 'error', 'lease expired', 'at', visible_at)) END,
+       CASE WHEN lease_token IS NULL THEN 'attempts exhausted' ELSE 'lease expired' END, {now}
 FROM dead
 RETURNING id
 
 -- name: sweep_retention
 DELETE FROM {ns}.dead_letters WHERE id IN (
     SELECT d.id FROM {ns}.dead_letters AS d JOIN {ns}.queues AS q ON d.queue = q.name
-    WHERE q.dead_retention_ms IS NOT NULL AND d.died_at <= %(now)s - q.dead_retention_ms
+    WHERE q.dead_retention_ms IS NOT NULL AND d.died_at <= {now} - q.dead_retention_ms
     LIMIT %(batch)s)
 RETURNING id
 
@@ -178,7 +217,7 @@ WITH back AS (
 INSERT INTO {ns}.jobs (id, queue, priority, visible_at, enqueued_at, attempts, max_attempts,
                        backoff, dedupe_key, type, key, position, headers, payload, history)
 OVERRIDING SYSTEM VALUE
-SELECT id, queue, priority, %(now)s, enqueued_at,
+SELECT id, queue, priority, {now}, enqueued_at,
        CASE WHEN %(reset)s THEN 0 ELSE least(attempts, max_attempts - 1) END,
        max_attempts, backoff, dedupe_key, type, key, position, headers, payload, history
 FROM back
@@ -188,21 +227,21 @@ RETURNING id
 DELETE FROM {ns}.dead_letters
 WHERE queue = %(queue)s
   AND (%(all)s OR id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)::bigint))
-  AND (%(older_than)s::bigint IS NULL OR died_at <= %(older_than)s)
+  AND (%(older_ms)s::bigint IS NULL OR died_at <= {now} - %(older_ms)s::bigint)
 RETURNING id
 
 -- name: stats
 WITH j AS (
     SELECT visible_at, lease_token, attempts, max_attempts,
-           visible_at <= %(now)s AND attempts < max_attempts
-           AND (expires_at IS NULL OR attempts > 0 OR expires_at > %(now)s) AS ready
+           visible_at <= {now} AND attempts < max_attempts
+           AND (expires_at IS NULL OR attempts > 0 OR expires_at > {now}) AS ready
     FROM {ns}.jobs WHERE queue = %(queue)s
 )
 SELECT
     count(*) FILTER (WHERE ready),
-    count(*) FILTER (WHERE visible_at > %(now)s AND lease_token IS NULL),
+    count(*) FILTER (WHERE visible_at > {now} AND lease_token IS NULL),
     -- an exhausted job whose last lease ran out stays active until the sweep buries it
-    count(*) FILTER (WHERE lease_token IS NOT NULL AND (visible_at > %(now)s OR attempts >= max_attempts)),
+    count(*) FILTER (WHERE lease_token IS NOT NULL AND (visible_at > {now} OR attempts >= max_attempts)),
     (SELECT count(*) FROM {ns}.dead_letters WHERE queue = %(queue)s),
-    min(visible_at) FILTER (WHERE ready)
+    {now} - min(visible_at) FILTER (WHERE ready)
 FROM j

@@ -3,7 +3,7 @@
 -- name: subscribe
 INSERT INTO {ns}.subscriptions (queue, events, patterns, checkpoint, updated_at)
 VALUES (%(queue)s, %(events)s::jsonb,
-        ARRAY(SELECT jsonb_array_elements_text(%(patterns)s::jsonb)), %(checkpoint)s, %(now)s)
+        ARRAY(SELECT jsonb_array_elements_text(%(patterns)s::jsonb)), %(checkpoint)s, {now})
 ON CONFLICT (queue) DO UPDATE SET
     events = excluded.events, patterns = excluded.patterns, updated_at = excluded.updated_at
 RETURNING checkpoint
@@ -15,7 +15,7 @@ DELETE FROM {ns}.subscriptions WHERE queue = %(queue)s RETURNING queue
 SELECT queue, events::text, checkpoint, updated_at FROM {ns}.subscriptions ORDER BY queue
 
 -- name: set_checkpoint
-UPDATE {ns}.subscriptions SET checkpoint = %(checkpoint)s, updated_at = %(now)s
+UPDATE {ns}.subscriptions SET checkpoint = %(checkpoint)s, updated_at = {now}
 WHERE queue = %(queue)s RETURNING queue
 
 -- name: relay_bounds
@@ -35,7 +35,7 @@ FROM low
 -- name: relay_insert
 INSERT INTO {ns}.jobs (queue, priority, visible_at, enqueued_at, max_attempts,
                        type, key, position, headers, payload)
-SELECT s.queue, 0, %(now)s, %(now)s, coalesce(q.max_attempts, 5),
+SELECT s.queue, 0, {now}, {now}, coalesce(q.max_attempts, 5),
        e.type, e.key, e.position, e.headers, e.payload
 FROM {ns}.subscriptions AS s
 JOIN {ns}.events AS e ON e.position > s.checkpoint AND e.position <= %(high)s
@@ -46,7 +46,7 @@ ORDER BY e.position, s.queue
 RETURNING id
 
 -- name: relay_advance
-UPDATE {ns}.subscriptions SET checkpoint = %(high)s, updated_at = %(now)s
+UPDATE {ns}.subscriptions SET checkpoint = %(high)s, updated_at = {now}
 WHERE checkpoint < %(high)s AND queue IN (SELECT jsonb_array_elements_text(%(queues)s::jsonb))
 
 -- name: lag
@@ -75,14 +75,14 @@ SELECT count(*) FROM {ns}.events WHERE position IS NULL
 
 -- name: lock_acquire
 INSERT INTO {ns}.locks (name, holder, token, expires_at)
-VALUES (%(name)s, %(holder)s, 1, %(now)s + %(ttl_ms)s)
+VALUES (%(name)s, %(holder)s, 1, {now} + %(ttl_ms)s)
 ON CONFLICT (name) DO UPDATE SET
     holder = excluded.holder, token = {ns}.locks.token + 1, expires_at = excluded.expires_at
-WHERE {ns}.locks.expires_at <= %(now)s OR {ns}.locks.holder = excluded.holder
+WHERE {ns}.locks.expires_at <= {now} OR {ns}.locks.holder = excluded.holder
 RETURNING token
 
 -- name: lock_renew
-UPDATE {ns}.locks SET expires_at = %(now)s + %(ttl_ms)s
+UPDATE {ns}.locks SET expires_at = {now} + %(ttl_ms)s
 WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s
 RETURNING token
 

@@ -4,7 +4,7 @@
 INSERT INTO {ns}.schedules (name, cron, every_ms, tz, catch_up, start_at, event_type, payload,
                             key, next_fire_at, updated_at)
 VALUES (%(name)s, %(cron)s, %(every_ms)s, %(tz)s, %(catch_up)s, %(start_at)s, %(event_type)s,
-        %(payload)s::jsonb, %(key)s, %(next_fire_at)s, %(now)s)
+        %(payload)s::jsonb, %(key)s, %(next_fire_at)s, {now})
 ON CONFLICT (name) DO NOTHING
 RETURNING name
 
@@ -12,16 +12,16 @@ RETURNING name
 UPDATE {ns}.schedules SET cron = %(cron)s, every_ms = %(every_ms)s, tz = %(tz)s,
     catch_up = %(catch_up)s, start_at = %(start_at)s, event_type = %(event_type)s,
     payload = %(payload)s::jsonb, key = %(key)s, next_fire_at = %(next_fire_at)s,
-    updated_at = %(now)s
+    updated_at = {now}
 WHERE name = %(name)s
 RETURNING name
 
 -- name: schedule_pause
-UPDATE {ns}.schedules SET paused = true, updated_at = %(now)s WHERE name = %(name)s
+UPDATE {ns}.schedules SET paused = true, updated_at = {now} WHERE name = %(name)s
 RETURNING name
 
 -- name: schedule_resume
-UPDATE {ns}.schedules SET paused = false, next_fire_at = %(next_fire_at)s, updated_at = %(now)s
+UPDATE {ns}.schedules SET paused = false, next_fire_at = %(next_fire_at)s, updated_at = {now}
 WHERE name = %(name)s AND paused
 RETURNING name
 
@@ -42,7 +42,7 @@ FROM {ns}.schedules ORDER BY name
 -- name: schedule_due
 SELECT name, cron, every_ms, tz, catch_up, start_at, event_type, payload::text, key, paused,
        next_fire_at, last_fired
-FROM {ns}.schedules WHERE NOT paused AND next_fire_at <= %(now)s
+FROM {ns}.schedules WHERE NOT paused AND next_fire_at <= {now}
 ORDER BY next_fire_at LIMIT %(limit)s
 
 -- name: schedule_advance
@@ -53,7 +53,7 @@ RETURNING name
 
 -- name: schedule_fired
 INSERT INTO {ns}.schedule_firings (name, boundary, fired_at)
-VALUES (%(name)s, %(boundary)s, %(now)s)
+VALUES (%(name)s, %(boundary)s, {now})
 ON CONFLICT DO NOTHING
 RETURNING boundary
 

@@ -27,3 +27,14 @@ LIMIT ?
 
 -- name: head
 SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = '{ns}__events'), 0)
+
+-- name: now_fragment
+-- `{now}` in every query: the injected test clock's `now`, else SQLite's clock (ADR 0012).
+coalesce(:now, CAST(unixepoch('subsec') * 1000 AS INTEGER))
+
+-- name: db_now
+SELECT {now}
+
+-- name: up_for_lease_fragment
+-- PostgreSQL waits out a restart here (ADR 0012); an SQLite file has none.
+1

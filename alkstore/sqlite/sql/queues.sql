@@ -17,7 +17,8 @@ ON CONFLICT (name) DO UPDATE SET
 -- name: enqueue
 INSERT INTO {ns}__jobs (queue, priority, visible_at, enqueued_at, expires_at, max_attempts,
                         backoff, dedupe_key, type, key, position, headers, payload)
-VALUES (:queue, :priority, :visible_at, :now, :expires_at,
+VALUES (:queue, :priority, coalesce(:run_at, {now} + :delay_ms), {now},
+        coalesce(:expires_at, {now} + :expires_ms),
         coalesce(:max_attempts, (SELECT max_attempts FROM {ns}__queues WHERE name = :queue), 5),
         :backoff, :dedupe_key, :type, :key, :position, :headers, :payload)
 RETURNING id
@@ -26,34 +27,60 @@ RETURNING id
 -- With a dedupe key: a live duplicate inserts nothing (and does not abort the transaction).
 INSERT INTO {ns}__jobs (queue, priority, visible_at, enqueued_at, expires_at, max_attempts,
                         backoff, dedupe_key, type, key, position, headers, payload)
-VALUES (:queue, :priority, :visible_at, :now, :expires_at,
+VALUES (:queue, :priority, coalesce(:run_at, {now} + :delay_ms), {now},
+        coalesce(:expires_at, {now} + :expires_ms),
         coalesce(:max_attempts, (SELECT max_attempts FROM {ns}__queues WHERE name = :queue), 5),
         :backoff, :dedupe_key, :type, :key, :position, :headers, :payload)
 ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
 
 -- name: claim
-UPDATE {ns}__jobs SET
-    attempts = attempts + 1,
-    claimed_for = visible_at,
-    visible_at = :now + :lease_ms,
+-- Lease up to n jobs; the first `start` of them (in claim order) start now and count an
+-- attempt, the rest are prefetched (started = 0) and count when the worker starts them
+-- (start_many). A lapsed lease that had started records "lease expired".
+UPDATE {ns}__jobs AS j SET
+    attempts = j.attempts + r.go,
+    started = r.go,
+    claimed_for = j.visible_at,
+    visible_at = {now} + :lease_ms,
     lease_ms = :lease_ms,
     lease_token = (abs(random()) % 9007199254740991) + 1,
-    history = CASE WHEN lease_token IS NULL THEN history
-              ELSE json_insert(history, '$[#]', json_object(
-                  'attempt', attempts, 'error', 'lease expired', 'at', visible_at))
+    history = CASE WHEN j.lease_token IS NULL OR NOT j.started THEN j.history
+              ELSE json_insert(j.history, '$[#]', json_object(
+                  'attempt', j.attempts, 'error', 'lease expired', 'at', j.visible_at))
               END
-WHERE id IN (
-    SELECT id FROM {ns}__jobs
-    WHERE queue = :queue
-      AND visible_at <= :now
-      AND attempts < max_attempts
-      AND (expires_at IS NULL OR attempts > 0 OR expires_at > :now)
-    ORDER BY priority DESC, visible_at, id
-    LIMIT :n
-)
+FROM (
+    SELECT id, row_number() OVER (ORDER BY priority DESC, visible_at, id) <= :start AS go
+    FROM (
+        SELECT id, priority, visible_at FROM {ns}__jobs
+        WHERE queue = :queue
+          AND +visible_at <= {now}  -- "+": a filter; the index serves queue and the order
+          AND attempts < max_attempts
+          AND (expires_at IS NULL OR attempts > 0 OR expires_at > {now})
+        ORDER BY priority DESC, visible_at, id
+        LIMIT :n)
+) AS r
+WHERE j.id = r.id
 RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lease_token, lease_ms,
-          enqueued_at, type, key, position, headers, payload, progress
+          enqueued_at, type, key, position, headers, payload, progress, started
+
+-- name: start_many
+-- Prefetched jobs whose handlers started: their attempt counts now.
+UPDATE {ns}__jobs SET attempts = attempts + 1, started = 1
+WHERE (id, lease_token) IN (
+    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:pairs))
+  AND NOT started
+RETURNING id
+
+-- name: renew_many
+-- Renew every lease a worker holds in one statement: [[id, token, lease_ms], ...].
+-- A lease that ran out but was not claimed again is renewed too (ADR 0012).
+UPDATE {ns}__jobs AS j SET visible_at = {now} + r.lease_ms
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token,
+             json_extract(value, '$[2]') AS lease_ms
+      FROM json_each(:leases)) AS r
+WHERE j.id = r.id AND j.lease_token = r.token
+RETURNING id, lease_token
 
 -- name: ack
 DELETE FROM {ns}__jobs WHERE id = :id AND lease_token = :token RETURNING id
@@ -65,22 +92,29 @@ WHERE (id, lease_token) IN (
 RETURNING id
 
 -- name: retry
+-- The holder knows how many attempts ran (`attempts`): a start it has not flushed yet
+-- counts too.
 UPDATE {ns}__jobs SET
-    visible_at = :visible_at,
+    visible_at = {now} + :delay_ms,
     lease_token = NULL,
-    history = json_insert(history, '$[#]', json(:entry))
+    started = 0,
+    attempts = :attempts,
+    history = json_insert(history, '$[#]', json_object(
+        'attempt', :attempts, 'error', :error, 'at', {now}))
 WHERE id = :id AND lease_token = :token
 RETURNING id
 
 -- name: release
--- Give a claimed job back untouched: visible now, and this attempt does not count.
-UPDATE {ns}__jobs SET visible_at = :now, lease_token = NULL, attempts = attempts - 1
+-- Give a claimed job back: visible after delay_ms, and an attempt that started does not
+-- count (`attempts` is the holder's count without it).
+UPDATE {ns}__jobs SET visible_at = {now} + :delay_ms, lease_token = NULL, started = 0,
+    attempts = :attempts
 WHERE id = :id AND lease_token = :token
 RETURNING id
 
 -- name: heartbeat
 UPDATE {ns}__jobs SET
-    visible_at = :visible_at,
+    visible_at = {now} + :lease_ms,
     progress = coalesce(:progress, progress)
 WHERE id = :id AND lease_token = :token
 RETURNING id
@@ -89,8 +123,11 @@ RETURNING id
 INSERT INTO {ns}__dead_letters (id, queue, priority, enqueued_at, attempts, max_attempts, backoff,
                                 dedupe_key, type, key, position, headers, payload, history,
                                 reason, died_at)
-SELECT id, queue, priority, enqueued_at, attempts, max_attempts, backoff, dedupe_key, type, key,
-       position, headers, payload, json_insert(history, '$[#]', json(:entry)), :reason, :now
+SELECT id, queue, priority, enqueued_at, :attempts, max_attempts, backoff, dedupe_key, type, key,
+       position, headers, payload,
+       json_insert(history, '$[#]', json_object('attempt', :attempts, 'error', :reason,
+                                                'at', {now})),
+       :reason, {now}
 FROM {ns}__jobs WHERE id = :id AND lease_token = :token
 RETURNING id;
 DELETE FROM {ns}__jobs WHERE id = :id AND lease_token = :token
@@ -99,12 +136,14 @@ DELETE FROM {ns}__jobs WHERE id = :id AND lease_token = :token
 CREATE TEMP TABLE IF NOT EXISTS sweep_ids (id INTEGER PRIMARY KEY);
 DELETE FROM temp.sweep_ids;
 INSERT INTO temp.sweep_ids SELECT id FROM {ns}__jobs
-WHERE expires_at <= :now AND attempts = 0 AND expires_at IS NOT NULL LIMIT :batch;
+WHERE expires_at <= {now} AND attempts = 0 AND expires_at IS NOT NULL
+  AND (lease_token IS NULL OR visible_at <= {now})  -- not while prefetched
+LIMIT :batch;
 INSERT INTO {ns}__dead_letters (id, queue, priority, enqueued_at, attempts, max_attempts, backoff,
                                 dedupe_key, type, key, position, headers, payload, history,
                                 reason, died_at)
 SELECT id, queue, priority, enqueued_at, attempts, max_attempts, backoff, dedupe_key, type, key,
-       position, headers, payload, history, 'expired', :now
+       position, headers, payload, history, 'expired', {now}
 FROM {ns}__jobs WHERE id IN (SELECT id FROM temp.sweep_ids)
 RETURNING id;
 DELETE FROM {ns}__jobs WHERE id IN (SELECT id FROM temp.sweep_ids)
@@ -113,15 +152,16 @@ DELETE FROM {ns}__jobs WHERE id IN (SELECT id FROM temp.sweep_ids)
 CREATE TEMP TABLE IF NOT EXISTS sweep_ids (id INTEGER PRIMARY KEY);
 DELETE FROM temp.sweep_ids;
 INSERT INTO temp.sweep_ids SELECT id FROM {ns}__jobs
-WHERE lease_token IS NOT NULL AND visible_at <= :now AND attempts >= max_attempts LIMIT :batch;
+WHERE attempts >= max_attempts AND (lease_token IS NULL OR visible_at <= {now}) LIMIT :batch;
 INSERT INTO {ns}__dead_letters (id, queue, priority, enqueued_at, attempts, max_attempts, backoff,
                                 dedupe_key, type, key, position, headers, payload, history,
                                 reason, died_at)
 SELECT id, queue, priority, enqueued_at, attempts, max_attempts, backoff, dedupe_key, type, key,
        position, headers, payload,
-       json_insert(history, '$[#]', json_object(
-           'attempt', attempts, 'error', 'lease expired', 'at', visible_at)),
-       'lease expired', :now
+       CASE WHEN lease_token IS NULL THEN history
+       ELSE json_insert(history, '$[#]', json_object(
+           'attempt', attempts, 'error', 'lease expired', 'at', visible_at)) END,
+       CASE WHEN lease_token IS NULL THEN 'attempts exhausted' ELSE 'lease expired' END, {now}
 FROM {ns}__jobs WHERE id IN (SELECT id FROM temp.sweep_ids)
 RETURNING id;
 DELETE FROM {ns}__jobs WHERE id IN (SELECT id FROM temp.sweep_ids)
@@ -129,7 +169,7 @@ DELETE FROM {ns}__jobs WHERE id IN (SELECT id FROM temp.sweep_ids)
 -- name: sweep_retention
 DELETE FROM {ns}__dead_letters WHERE id IN (
     SELECT d.id FROM {ns}__dead_letters AS d JOIN {ns}__queues AS q ON d.queue = q.name
-    WHERE q.dead_retention_ms IS NOT NULL AND d.died_at <= :now - q.dead_retention_ms
+    WHERE q.dead_retention_ms IS NOT NULL AND d.died_at <= {now} - q.dead_retention_ms
     LIMIT :batch)
 RETURNING id
 
@@ -154,7 +194,7 @@ WHERE d.queue = :queue AND (:all OR d.id IN (SELECT value FROM json_each(:ids)))
         AND (:all OR o.id IN (SELECT value FROM json_each(:ids))));
 INSERT INTO {ns}__jobs (id, queue, priority, visible_at, enqueued_at, attempts, max_attempts,
                         backoff, dedupe_key, type, key, position, headers, payload, history)
-SELECT id, queue, priority, :now, enqueued_at,
+SELECT id, queue, priority, {now}, enqueued_at,
        CASE WHEN :reset THEN 0 ELSE min(attempts, max_attempts - 1) END,
        max_attempts, backoff, dedupe_key, type, key, position, headers, payload, history
 FROM {ns}__dead_letters WHERE id IN (SELECT id FROM temp.requeue_ids)
@@ -165,21 +205,21 @@ DELETE FROM {ns}__dead_letters WHERE id IN (SELECT id FROM temp.requeue_ids)
 DELETE FROM {ns}__dead_letters
 WHERE queue = :queue
   AND (:all OR id IN (SELECT value FROM json_each(:ids)))
-  AND (:older_than IS NULL OR died_at <= :older_than)
+  AND (:older_ms IS NULL OR died_at <= {now} - :older_ms)
 RETURNING id
 
 -- name: stats
 WITH j AS (
     SELECT visible_at, lease_token, attempts, max_attempts,
-           visible_at <= :now AND attempts < max_attempts
-           AND (expires_at IS NULL OR attempts > 0 OR expires_at > :now) AS ready
+           visible_at <= {now} AND attempts < max_attempts
+           AND (expires_at IS NULL OR attempts > 0 OR expires_at > {now}) AS ready
     FROM {ns}__jobs WHERE queue = :queue
 )
 SELECT
     count(*) FILTER (WHERE ready),
-    count(*) FILTER (WHERE visible_at > :now AND lease_token IS NULL),
+    count(*) FILTER (WHERE visible_at > {now} AND lease_token IS NULL),
     -- an exhausted job whose last lease ran out stays active until the sweep buries it
-    count(*) FILTER (WHERE lease_token IS NOT NULL AND (visible_at > :now OR attempts >= max_attempts)),
+    count(*) FILTER (WHERE lease_token IS NOT NULL AND (visible_at > {now} OR attempts >= max_attempts)),
     (SELECT count(*) FROM {ns}__dead_letters WHERE queue = :queue),
-    min(visible_at) FILTER (WHERE ready)
+    {now} - min(visible_at) FILTER (WHERE ready)
 FROM j

@@ -2,7 +2,7 @@
 
 -- name: subscribe
 INSERT INTO {ns}__subscriptions (queue, events, patterns, checkpoint, updated_at)
-VALUES (:queue, :events, :patterns, :checkpoint, :now)
+VALUES (:queue, :events, :patterns, :checkpoint, {now})
 ON CONFLICT (queue) DO UPDATE SET
     events = excluded.events, patterns = excluded.patterns, updated_at = excluded.updated_at
 RETURNING checkpoint
@@ -14,7 +14,7 @@ DELETE FROM {ns}__subscriptions WHERE queue = :queue RETURNING queue
 SELECT queue, events, checkpoint, updated_at FROM {ns}__subscriptions ORDER BY queue
 
 -- name: set_checkpoint
-UPDATE {ns}__subscriptions SET checkpoint = :checkpoint, updated_at = :now
+UPDATE {ns}__subscriptions SET checkpoint = :checkpoint, updated_at = {now}
 WHERE queue = :queue RETURNING queue
 
 -- name: relay_bounds
@@ -32,7 +32,7 @@ FROM low
 -- GLOB, not LIKE: case-sensitive as on PostgreSQL (patterns only contain * wildcards).
 INSERT INTO {ns}__jobs (queue, priority, visible_at, enqueued_at, max_attempts,
                         type, key, position, headers, payload)
-SELECT s.queue, 0, :now, :now, coalesce(q.max_attempts, 5),
+SELECT s.queue, 0, {now}, {now}, coalesce(q.max_attempts, 5),
        e.type, e.key, e.position, e.headers, e.payload
 FROM {ns}__subscriptions AS s
 JOIN {ns}__events AS e ON e.position > s.checkpoint AND e.position <= :high
@@ -43,7 +43,7 @@ ORDER BY e.position, s.queue
 RETURNING id
 
 -- name: relay_advance
-UPDATE {ns}__subscriptions SET checkpoint = :high, updated_at = :now
+UPDATE {ns}__subscriptions SET checkpoint = :high, updated_at = {now}
 WHERE checkpoint < :high AND queue IN (SELECT value FROM json_each(:queues))
 
 -- name: lag
@@ -65,14 +65,14 @@ RETURNING position
 
 -- name: lock_acquire
 INSERT INTO {ns}__locks (name, holder, token, expires_at)
-VALUES (:name, :holder, 1, :now + :ttl_ms)
+VALUES (:name, :holder, 1, {now} + :ttl_ms)
 ON CONFLICT (name) DO UPDATE SET
     holder = excluded.holder, token = token + 1, expires_at = excluded.expires_at
-WHERE expires_at <= :now OR holder = excluded.holder
+WHERE expires_at <= {now} OR holder = excluded.holder
 RETURNING token
 
 -- name: lock_renew
-UPDATE {ns}__locks SET expires_at = :now + :ttl_ms
+UPDATE {ns}__locks SET expires_at = {now} + :ttl_ms
 WHERE name = :name AND holder = :holder AND token = :token
 RETURNING token
 

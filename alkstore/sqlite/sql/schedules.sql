@@ -4,7 +4,7 @@
 INSERT INTO {ns}__schedules (name, cron, every_ms, tz, catch_up, start_at, event_type, payload,
                             key, next_fire_at, updated_at)
 VALUES (:name, :cron, :every_ms, :tz, :catch_up, :start_at, :event_type,
-        :payload, :key, :next_fire_at, :now)
+        :payload, :key, :next_fire_at, {now})
 ON CONFLICT (name) DO NOTHING
 RETURNING name
 
@@ -12,16 +12,16 @@ RETURNING name
 UPDATE {ns}__schedules SET cron = :cron, every_ms = :every_ms, tz = :tz,
     catch_up = :catch_up, start_at = :start_at, event_type = :event_type,
     payload = :payload, key = :key, next_fire_at = :next_fire_at,
-    updated_at = :now
+    updated_at = {now}
 WHERE name = :name
 RETURNING name
 
 -- name: schedule_pause
-UPDATE {ns}__schedules SET paused = 1, updated_at = :now WHERE name = :name
+UPDATE {ns}__schedules SET paused = 1, updated_at = {now} WHERE name = :name
 RETURNING name
 
 -- name: schedule_resume
-UPDATE {ns}__schedules SET paused = 0, next_fire_at = :next_fire_at, updated_at = :now
+UPDATE {ns}__schedules SET paused = 0, next_fire_at = :next_fire_at, updated_at = {now}
 WHERE name = :name AND paused
 RETURNING name
 
@@ -42,7 +42,7 @@ FROM {ns}__schedules ORDER BY name
 -- name: schedule_due
 SELECT name, cron, every_ms, tz, catch_up, start_at, event_type, payload, key, paused,
        next_fire_at, last_fired
-FROM {ns}__schedules WHERE NOT paused AND next_fire_at <= :now
+FROM {ns}__schedules WHERE NOT paused AND next_fire_at <= {now}
 ORDER BY next_fire_at LIMIT :limit
 
 -- name: schedule_advance
@@ -53,7 +53,7 @@ RETURNING name
 
 -- name: schedule_fired
 INSERT INTO {ns}__schedule_firings (name, boundary, fired_at)
-VALUES (:name, :boundary, :now)
+VALUES (:name, :boundary, {now})
 ON CONFLICT DO NOTHING
 RETURNING boundary
 

@@ -1,0 +1,46 @@
+"""Renewing many leases at once, on a connection nothing else uses (docs/adr/0012).
+
+A worker's handlers may hold every pooled connection (PostgreSQL) or take
+SQLite's write lock one after another; a renewal that queued behind them would
+let leases run out under jobs that are still running. `Renewal` renews all the
+leases it is given in one statement per call, on the engine's reserved
+connection: its own PostgreSQL session, or an SQLite connection that goes first
+for the write lock within its process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+if TYPE_CHECKING:
+    from alkstore._jobs import Job
+    from alkstore._queue import Runtime
+
+_encode = msgspec.json.Encoder().encode
+
+
+class Renewal:
+    """Get one with `store.renewal()`; one thread uses it; `close()` when done."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._rt = runtime
+        self._conn = runtime.engine.reserved()
+
+    def renew(self, jobs: Iterable[Job[Any]]) -> list[Job[Any]]:
+        """Extend each job's lease by its own length from now; return the jobs whose lease
+        was lost (claimed again by someone else, or finished). A lease that ran out but
+        that nobody claimed since is renewed (ADR 0012). StorageError if the database
+        cannot be reached: nothing was renewed, try again."""
+        held = list(jobs)
+        if not held:
+            return []
+        leases = _encode([[job.id, job.lease_token, job.lease_ms] for job in held]).decode()
+        rows = self._conn.run("renew_many", {"leases": leases, "now": self._rt.now_param()})
+        renewed = {(row[0], row[1]) for row in rows}
+        return [job for job in held if (job.id, job.lease_token) not in renewed]
+
+    def close(self) -> None:
+        self._conn.close()
