@@ -62,6 +62,7 @@ class Job(Generic[T]):
         "headers",
         "id",
         "key",
+        "lease_lost",
         "lease_ms",
         "lease_token",
         "max_attempts",
@@ -94,6 +95,9 @@ class Job(Generic[T]):
             started,
         ) = row
         self.started = bool(started)
+        self.lease_lost = False
+        """True once this claim's lease is known to be lost (an operation raised LeaseLost,
+        or the worker's renewal found it taken): a long handler may check it and stop."""
         self._queue = queue
         self.headers: dict[str, str] = _events.codec.decode_headers(headers)
 

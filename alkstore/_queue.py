@@ -379,6 +379,7 @@ class Queue:
     def _checked(self, job: _jobs.Job[Any], operation: str, name: str, **params: Any) -> None:
         params.update(id=job.id, token=job.lease_token, now=self._rt.now_param())
         if not self._engine.run(name, params):
+            job.lease_lost = True
             raise _errors.LeaseLost(job.id, operation)
 
     def _ack(self, job: _jobs.Job[Any]) -> None:
@@ -395,9 +396,7 @@ class Queue:
             curve = _backoff.decode(job._backoff) if job._backoff else self.config().backoff
             delay = curve.seconds(job.attempt, self._rt.random)
         delay_ms = int(seconds("delay", delay) * 1000)
-        self._checked(
-            job, "retry", "retry", delay_ms=delay_ms, attempts=job.attempt, error=error
-        )
+        self._checked(job, "retry", "retry", delay_ms=delay_ms, attempts=job.attempt, error=error)
         self._engine.committed()
 
     def _release(self, job: _jobs.Job[Any], delay: float) -> None:

@@ -4,7 +4,8 @@
 prefix. `{now}` is the statement's time in epoch milliseconds: the `now` parameter
 when the store has an injected clock (tests), else the database's own clock
 (ADR 0012: every ownership decision uses the database's time). Such fragments
-are defined once per engine as queries named `<name>_fragment` and fill `{<name>}`. Namespaces are validated identifiers (see `_config.check_name`), so the
+are defined once per engine as queries named `<name>_fragment` and fill `{<name>}`.
+Namespaces are validated identifiers (see `_config.check_name`), so the
 substitution cannot inject SQL; that is why the results are typed LiteralString
 (mypy treats LiteralString as str, so no cast is needed or possible here).
 """

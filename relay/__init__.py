@@ -3,6 +3,6 @@
 from relay._handlers import Fail, Retry
 from relay._relay import Relay
 from relay._scheduler import Scheduler
-from relay._worker import Worker
+from relay.worker import Worker, WorkerCrashed
 
-__all__ = ["Fail", "Relay", "Retry", "Scheduler", "Worker"]
+__all__ = ["Fail", "Relay", "Retry", "Scheduler", "Worker", "WorkerCrashed"]

@@ -16,7 +16,7 @@ import msgspec
 import alkstore
 from relay._relay import Relay
 from relay._scheduler import Scheduler
-from relay._worker import Worker
+from relay.worker import Worker
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -1,0 +1,240 @@
+"""The Worker: typed handlers, concurrency limits, batched claims and acks, lease
+renewal that the handlers cannot starve, retries, graceful shutdown.
+See docs/adr/0008-worker.md and 0012."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+import alkstore
+from relay import _handlers
+from relay.worker import _acks, _dispatch, _inflight, _leases, _outcomes, _slots
+
+log = logging.getLogger("alkstore.worker")
+F = TypeVar("F", bound=Callable[..., object])
+
+
+class WorkerCrashed(alkstore.AlkstoreError):
+    """A worker's internal thread failed; the worker stopped (the log has the cause)."""
+
+
+class Worker:
+    """Consumes named queues with registered handlers. `run()` blocks until `stop()`."""
+
+    def __init__(
+        self,
+        store: alkstore.Store,
+        *,
+        concurrency: int = 32,
+        batch: int = 100,
+        visibility: float | None = None,
+        poll: float = 1.0,
+        grace: float = 30.0,
+        ack_flush: float = 0.005,
+        renew: bool = True,
+        maintenance_every: float = 5.0,
+        unknown_type_grace: float = 300.0,
+        on_outcome: Callable[[alkstore.Job[Any], str, float], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.concurrency = concurrency
+        self.batch = batch
+        self.visibility = visibility
+        self.poll = poll
+        self.grace = grace
+        self.ack_flush = ack_flush
+        self.renew = renew
+        self.maintenance_every = maintenance_every
+        self.unknown_type_grace = unknown_type_grace
+        self.on_outcome = on_outcome
+        self.handlers: dict[str, _handlers.Handler] = {}
+        self.counters = _inflight.Counters()
+        self._stop = threading.Event()  # stop claiming
+        self._done = threading.Event()  # the helpers (acks, renewal, sweep) may end
+        self._wakers: list[Callable[[], None]] = []
+        self._crash: BaseException | None = None
+        self._inflight = _inflight.InFlight()
+
+    def handler(
+        self, queue: str, *, concurrency: int = 8, timeout: float | None = None
+    ) -> Callable[[F], F]:
+        """Register `fn(job)` (sync or async) for `queue`; the `Job[X]` annotation decides
+        how the payload is decoded."""
+        self.store.queue(queue)  # validates the name
+
+        def register(fn: F) -> F:
+            self.handlers[queue] = _handlers.make_handler(queue, fn, concurrency, timeout)
+            return fn
+
+        return register
+
+    def stop(self) -> None:
+        """Stop claiming; in-flight jobs get `grace` seconds, then their leases are released."""
+        self._stop.set()
+        self.store.engine.wake.fire()  # wake idle dispatchers (a spurious wake for others)
+        for wake in self._wakers:
+            wake()
+
+    # -- running ---------------------------------------------------------------------
+
+    def run(self, *, queues: Iterable[str] | None = None, once: bool = False) -> None:
+        """Process jobs until `stop()`; with once=True, until the queues have no ready job.
+
+        Raises WorkerCrashed if one of the worker's own threads failed (never for what a
+        handler does): a supervisor should restart the process."""
+        names = list(self.handlers) if queues is None else list(queues)
+        missing = [q for q in names if q not in self.handlers]
+        if missing or not names:
+            raise alkstore.InvalidArgument(f"no handler registered for queues {missing or names}")
+        self._stop.clear()
+        self._done.clear()
+        self._crash = None
+        inflight = self._inflight = _inflight.InFlight()
+        slots = _slots.Slots(self.concurrency, {q: self.handlers[q].concurrency for q in names})
+        sync_threads = sum(h.concurrency for q, h in self.handlers.items() if q in names)
+        pool = _slots.DaemonPool(max(1, sync_threads))
+        loop, loop_thread = None, None
+        if any(self.handlers[q].is_async for q in names):
+            loop = asyncio.new_event_loop()
+            loop_thread = threading.Thread(
+                target=loop.run_forever, name="worker-async", daemon=True
+            )
+            loop_thread.start()
+        acks = _acks.Acks(
+            self.store, inflight, self.counters, self._report, batch=self.batch,
+            flush=self.ack_flush,
+        )  # fmt: skip
+        outcomes = _outcomes.Outcomes(
+            self.store, inflight, self.counters, acks, slots, self._report,
+            self.unknown_type_grace,
+        )  # fmt: skip
+        keeper = _leases.LeaseKeeper(
+            self.store,
+            inflight,
+            renew=self.renew,
+            on_lost=self._lost,
+            on_timeout=lambda item, ran: self._timed_out(outcomes, item, ran),
+        )
+        self._wakers = [slots.wake, acks.wake]
+        ctx = _dispatch.Context(
+            self.store, inflight, self.counters, acks, outcomes, slots, pool, loop,
+            self._stop, self.batch, self.visibility, self.poll,
+        )  # fmt: skip
+        helpers = [
+            self._thread("worker-acks", acks.run, self._done),
+            self._thread("worker-leases", keeper.run, self._done),
+            self._thread("worker-sweep", self._maintain),
+        ]
+        dispatchers = [
+            self._thread(f"claim-{q}", _dispatch.Dispatcher(ctx, self.handlers[q], once).run)
+            for q in names
+        ]
+        log.info("worker started: queues %s, concurrency %d", ", ".join(names), self.concurrency)
+        for thread in helpers + dispatchers:
+            thread.start()
+        try:
+            for thread in dispatchers:
+                while thread.is_alive():
+                    thread.join(0.2)
+        finally:
+            self._stop.set()
+            self._shutdown(acks, pool, loop, loop_thread, helpers)
+        if self._crash is not None:
+            raise WorkerCrashed(
+                f"the worker stopped: {type(self._crash).__name__}: {self._crash}"
+            ) from self._crash
+
+    def _thread(self, name: str, target: Callable[..., None], *args: Any) -> threading.Thread:
+        """A worker thread whose unexpected exception stops the whole worker (logged)."""
+
+        def guarded() -> None:
+            try:
+                target(*args)
+            except BaseException as exc:
+                log.critical("worker thread %s failed; stopping the worker", name, exc_info=True)
+                if self._crash is None:
+                    self._crash = exc
+                self.stop()
+
+        return threading.Thread(target=guarded, name=name, daemon=True)
+
+    def _report(self, job: alkstore.Job[Any], kind: str, seconds: float) -> None:
+        if self.on_outcome is None:
+            return
+        try:
+            self.on_outcome(job, kind, seconds)
+        except Exception:
+            log.exception("the on_outcome hook raised; carrying on")
+
+    def _lost(self, item: _inflight.Running) -> None:
+        """The renewal found this lease taken: the job is someone else's now."""
+        with self._inflight.lock:
+            if item.finished or item.abandoned:
+                return  # its ack is on the way and will tell
+            item.abandoned = True
+            item.job.lease_lost = True
+            prefetched = item.started is None
+        if prefetched:
+            self._inflight.pop(item.job)
+        if item.task is not None:
+            item.task.cancel()  # an async handler: its result would be ignored anyway
+        self.counters.add("lease_lost")
+        log.warning("job %s#%d: lease lost", item.job.queue, item.job.id)
+
+    def _timed_out(self, outcomes: _outcomes.Outcomes, item: _inflight.Running, ran: float) -> None:
+        """A sync handler past its timeout: its thread runs on, its result is ignored."""
+        with self._inflight.lock:
+            if item.abandoned or item.finished:
+                return
+            item.abandoned = True
+        self._inflight.pop(item.job)
+        job = item.job
+        kind = outcomes.record(job, "timeout", None, f"timed out after {item.handler.timeout}s")
+        self.counters.add(kind)
+        self._report(job, kind, ran)
+
+    def _maintain(self) -> None:
+        """Maintenance (store.sweep) every `maintenance_every` seconds, one process at a time."""
+        while True:
+            try:
+                self.store.sweep()
+            except alkstore.StorageError as exc:
+                log.warning("maintenance failed: %s", exc)
+            if self._done.wait(self.maintenance_every):
+                return
+
+    def _shutdown(
+        self,
+        acks: _acks.Acks,
+        pool: _slots.DaemonPool,
+        loop: asyncio.AbstractEventLoop | None,
+        loop_thread: threading.Thread | None,
+        helpers: list[threading.Thread],
+    ) -> None:
+        deadline = time.monotonic() + self.grace
+        while len(self._inflight) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for item in self._inflight.abandon_all():
+            if item.finished:
+                continue  # its ack is being flushed
+            try:
+                item.job.release()  # an attempt that started does not count
+                self.counters.add("released")
+            except alkstore.AlkstoreError:
+                pass
+        self._done.set()
+        acks.wake()
+        for thread in helpers:
+            thread.join()
+        self._inflight.clear()
+        pool.shutdown()
+        if loop_thread is not None and loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            loop_thread.join()
+            loop.close()
+        log.info("worker stopped: %s", dict(self.counters))
