@@ -26,6 +26,11 @@ log = logging.getLogger("alkstore.scheduler")
 CatchUp = Literal["latest", "all", "none"]
 MAX_CATCH_UP = 100  # catch_up="all" fires at most this many missed boundaries per tick
 ON_TIME_MS = 60_000  # catch_up="none": a boundary this recent (or half a period) still fires
+# The clock going back by more than this since a schedule's next_fire_at was set moves it to
+# the next boundary after now. A smaller step changes nothing: the boundaries in it were
+# handled when the clock first passed them; and a runner whose `now` is a little older than
+# another runner's advance does not take it for a clock going back.
+REWIND_MS = 1_000
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _EVERY = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d)\s*)+")  # "1h 30m", not "30 s"
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -321,21 +326,51 @@ class Schedules:
         return rows
 
 
+def rewound(schedule: Schedule, now: int) -> int | None:
+    """The first boundary at or after now (and start_at) if next_fire_at lies beyond it.
+
+    next_fire_at was set when the clock read later than now: the clock went back since
+    (a jump the database's clock made, or an injected one). Waiting for next_fire_at
+    would silence the schedule until the clock caught up again; it resumes here instead.
+    A boundary fired while the clock was ahead does not fire again: its (schedule,
+    boundary) row is still there. None: next_fire_at is not beyond it (e.g. start_at).
+    """
+    spec = (schedule.cron, schedule.every_ms, schedule.tz, schedule.start_at)
+    earlier = next_after(*spec, max(now, schedule.start_at) - 1)
+    return earlier if earlier < schedule.next_fire_at else None
+
+
 def tick(rt: _queue.Runtime, lease: Any = None, limit: int = 100) -> int:
     """Fire every due boundary of every schedule (one transaction per schedule).
 
     Returns the number of events appended. Safe from any number of runners: the
     advance is a compare-and-set on next_fire_at and each (schedule, boundary) is a
     unique row, both in the transaction that appends the events; with a lease, its
-    fencing token is checked there too.
+    fencing token is checked there too. `now` is the database's clock (or the
+    injected one): no boundary later than it fires, and schedules whose next_fire_at
+    was set when the clock read later than now (it went back) resume at the next
+    boundary after now.
     """
     engine = rt.engine
     now = rt.now_ms()
     fired = 0
-    for schedule in (
-        _schedule(r) for r in engine.run("schedule_due", {"now": now, "limit": limit})
-    ):
-        due, upcoming, skipped = plan(schedule, now)
+    params = {"now": now, "limit": limit, "rewind_ms": REWIND_MS}
+    for row in engine.run("schedule_due", params):
+        schedule, set_at = _schedule(row[:-1]), int(row[-1])
+        expected = schedule.next_fire_at
+        if set_at > now + REWIND_MS and (earlier := rewound(schedule, now)) is not None:
+            log.warning(
+                "schedule %s: the clock went back %d ms; next boundary %s, not %s",
+                schedule.name,
+                set_at - now,
+                _jobs.from_ms(earlier).isoformat(),
+                _jobs.from_ms(expected).isoformat(),
+            )
+            schedule = msgspec.structs.replace(schedule, next_fire_at=earlier)
+        due: list[int] = []
+        upcoming, skipped = schedule.next_fire_at, 0
+        if schedule.next_fire_at <= now:  # not when rewound, or only re-stamped, to the future
+            due, upcoming, skipped = plan(schedule, now)
         if skipped:
             what = f"more than {MAX_CATCH_UP}" if skipped < 0 else str(skipped)
             log.warning(
@@ -352,9 +387,10 @@ def tick(rt: _queue.Runtime, lease: Any = None, limit: int = 100) -> int:
                 "schedule_advance",
                 {
                     "name": schedule.name,
-                    "expected": schedule.next_fire_at,
+                    "expected": expected,
                     "next_fire_at": upcoming,
                     "last_fired": due[-1] if due else None,
+                    "now": now,
                 },
             )
             if not advanced:

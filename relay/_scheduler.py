@@ -4,6 +4,10 @@ It runs inside `alkstore relay` (fenced by the relay's lease) and on its own as
 `alkstore scheduler` (its own "scheduler" lease). Any number may run: a firing is
 a compare-and-set plus a unique (schedule, boundary) row in the appending
 transaction (docs/adr/0009-scheduler.md).
+
+Boundaries follow the database's clock (the tick's `now`, and `next_schedule_due()`
+against it); this process's own waits use `time.monotonic`, so a jump of the host's
+wall clock changes nothing here (tests/faults/test_scheduler_host_clock.py).
 """
 
 from __future__ import annotations

@@ -40,14 +40,18 @@ SELECT name, cron, every_ms, tz, catch_up, start_at, event_type, payload, key, p
 FROM {ns}__schedules ORDER BY name
 
 -- name: schedule_due
+-- Due schedules, and those whose next_fire_at was set when the clock read more than
+-- rewind_ms later than now: it went back since, and the tick moves them to the next
+-- boundary after now (ADR 0009, addendum 2026-12-01).
 SELECT name, cron, every_ms, tz, catch_up, start_at, event_type, payload, key, paused,
-       next_fire_at, last_fired
-FROM {ns}__schedules WHERE NOT paused AND next_fire_at <= {now}
+       next_fire_at, last_fired, updated_at
+FROM {ns}__schedules WHERE NOT paused AND (next_fire_at <= {now}
+    OR updated_at > {now} + :rewind_ms)
 ORDER BY next_fire_at LIMIT :limit
 
 -- name: schedule_advance
 UPDATE {ns}__schedules SET next_fire_at = :next_fire_at,
-    last_fired = coalesce(:last_fired, last_fired)
+    last_fired = coalesce(:last_fired, last_fired), updated_at = {now}
 WHERE name = :name AND next_fire_at = :expected AND NOT paused
 RETURNING name
 
