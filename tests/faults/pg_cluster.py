@@ -39,7 +39,6 @@ START_TIMEOUT = 60  # seconds pg_ctl waits for the server (crash recovery on a b
 SETTINGS = {
     "listen_addresses": "'127.0.0.1'",
     "fsync": "off",
-    "synchronous_commit": "off",
     "full_page_writes": "off",
     "max_connections": "100",
     "shared_buffers": "32MB",
