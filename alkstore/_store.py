@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import random
 from collections.abc import Callable, Iterable, Iterator
@@ -292,6 +293,7 @@ def connect(
     pool_size: int = 10,
     clock: Callable[[], float] | None = None,
     max_payload_bytes: int = _queue.DEFAULT_MAX_PAYLOAD,
+    connect_timeout: float = 5.0,
 ) -> Store:
     """Open a store: `sqlite:///app.db`, `sqlite:///:memory:` or `postgresql://...`.
 
@@ -301,7 +303,20 @@ def connect(
     Every time that decides who owns a job or when it runs (leases, delays, backoff,
     schedule boundaries) is the database's clock; `clock` (epoch seconds) replaces it,
     for tests.
+    `connect_timeout` (PostgreSQL, seconds): how long any connection attempt may
+    take before it fails with StorageError (libpq: whole seconds, at least 2); a
+    `connect_timeout` in the URL wins. Connections also get TCP keepalives, so a
+    silent server breaks them instead of hanging a statement (docs/adr/0001).
     """
+    if (
+        isinstance(connect_timeout, bool)
+        or not isinstance(connect_timeout, int | float)
+        or not math.isfinite(connect_timeout)
+        or connect_timeout <= 0
+    ):
+        raise _errors.InvalidArgument(
+            f"connect_timeout must be a positive number of seconds, got {connect_timeout!r}"
+        )
     if (
         isinstance(max_payload_bytes, bool)
         or not isinstance(max_payload_bytes, int)
@@ -322,5 +337,7 @@ def connect(
     else:
         from alkstore import postgres
 
-        engine = postgres.PostgresEngine(target.url, namespace, pool_size=pool_size)
+        engine = postgres.PostgresEngine(
+            target.url, namespace, pool_size=pool_size, connect_timeout=connect_timeout
+        )
     return Store(engine, clock=clock, max_payload_bytes=max_payload_bytes)

@@ -11,6 +11,7 @@ Wakes: a LISTEN thread feeds the store's Wake; NOTIFYs are sent by
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, LiteralString
@@ -27,6 +28,7 @@ SEQUENCE_BATCH = 5_000
 PREPARED = ("enqueue",)  # hot one-statement queries run on libpq (_prepared)
 LISTEN_POLL = 0.25  # seconds: how often the listener thread checks for close()
 RESERVED_CONNECT_TIMEOUT = 5  # seconds (the lease renewer's own connection)
+CLOSE_WAIT = 2.0  # seconds close() waits for the notifier's last NOTIFY and the listener
 
 translate = _conn.translate
 _translated = _conn.translated
@@ -38,10 +40,12 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SET default_transaction_isolation TO 'read committed'")
 
 
-def connect_probe(url: str) -> None:
-    """Fail fast with the server's reason when the database cannot be reached."""
+def connect_probe(url: str, connect_timeout: float = _pool.DEFAULT_CONNECT_TIMEOUT) -> None:
+    """Fail fast with the server's reason when the database cannot be reached, and
+    within about `connect_timeout` seconds when it does not answer (a URL's own
+    `connect_timeout` wins)."""
     try:
-        psycopg.connect(url, connect_timeout=10).close()
+        psycopg.connect(_pool.conninfo(url, connect_timeout)).close()
     except psycopg.Error as exc:
         raise _errors.StorageError(f"cannot connect to PostgreSQL: {exc}") from exc
 
@@ -49,23 +53,36 @@ def connect_probe(url: str) -> None:
 class PostgresEngine:
     """`alkstore.Engine` on one PostgreSQL database; the namespace is a schema."""
 
-    def __init__(self, url: str, namespace: str, *, pool_size: int = 10) -> None:
-        connect_probe(url)
-        self._url = url
+    def __init__(
+        self,
+        url: str,
+        namespace: str,
+        *,
+        pool_size: int = 10,
+        connect_timeout: float = _pool.DEFAULT_CONNECT_TIMEOUT,
+    ) -> None:
+        """`connect_timeout` (seconds) bounds every connection attempt of the pool, the
+        notifier and the listener; a `connect_timeout` in the URL wins."""
+        # the connect timeout and TCP keepalives for every connection we open
+        self._conninfo = _pool.conninfo(url, connect_timeout)
+        connect_probe(self._conninfo)
+        # what the reserved (lease renewal) connection opens: the conninfo, so it has the
+        # keepalives too (its own connect_timeout argument still overrides ours)
+        self._url = self._conninfo
         self._namespace = namespace
         self._q = _sql.queries(_PACKAGE, namespace)
         self._append_name = f"_alkstore_append_{namespace}".encode()
         self._append_sql = self._q["append_event"].encode()
         self._prepared = _prepared.statements(self._q, PREPARED, namespace)
         # at least 2: the sweep holds one connection while using another
-        self._pool = _pool.Pool(url, max(2, pool_size), _configure)
+        self._pool = _pool.Pool(self._conninfo, max(2, pool_size), _configure)
         self._wake = _wake.Wake()
         self._closed = threading.Event()
         self._listener: threading.Thread | None = None
         self._lock = threading.Lock()
         with self._pool.connection() as conn:
             key = _notify.conn_key(namespace, conn)
-        self.notifier = _notify.Notifier(url, self._q["notify"], self._closed, key)
+        self.notifier = _notify.Notifier(self._conninfo, self._q["notify"], self._closed, key)
 
     @property
     def name(self) -> Literal["postgres"]:
@@ -260,7 +277,7 @@ class PostgresEngine:
         attempt = 0
         while not self._closed.is_set():
             try:
-                with psycopg.connect(self._url, autocommit=True) as conn:
+                with psycopg.connect(self._conninfo, autocommit=True) as conn:
                     conn.execute(self._q["listen"])
                     attempt = 0
                     self._wake.fire()  # anything may have happened while we were away
@@ -273,10 +290,17 @@ class PostgresEngine:
                 self._closed.wait(wait(_retry_state(attempt)))
 
     def close(self) -> None:
+        """Stop the threads and close idle connections, in at most about CLOSE_WAIT s.
+
+        The notifier's last NOTIFY and the listener get CLOSE_WAIT seconds together;
+        on a server that stopped answering they are left to end on their own (daemon
+        threads; a connect gives up after the connect timeout, a silent connection
+        breaks on its keepalives), so close() never hangs on the network."""
         self._closed.set()
-        self.notifier.stop()
+        deadline = time.monotonic() + CLOSE_WAIT
+        self.notifier.stop(CLOSE_WAIT)
         if self._listener is not None:
-            self._listener.join()
+            self._listener.join(max(0.0, deadline - time.monotonic()))
         self._pool.close()
 
 

@@ -27,10 +27,15 @@ class Notifier:
     """Sends coalesced NOTIFYs outside application transactions, from its own thread."""
 
     def __init__(
-        self, url: str, query: LiteralString, closed: threading.Event, key: tuple[object, ...]
+        self,
+        conninfo: str,
+        query: LiteralString,
+        closed: threading.Event,
+        key: tuple[object, ...],
     ) -> None:
+        """`conninfo` carries the connect timeout and keepalives (`_pool.conninfo`)."""
         self.key = key
-        self._url = url
+        self._conninfo = conninfo
         self._query = query.encode()
         self._closed = closed
         self._signal = threading.Event()
@@ -67,10 +72,16 @@ class Notifier:
             self._watched[id(conn)] = [weakref.ref(conn), now, now]
         self._signal.set()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float | None = None) -> bool:
+        """Stop the thread after its last NOTIFY; False if it is still busy after `timeout`.
+
+        A NOTIFY to a server that stopped answering waits until the connection breaks
+        (keepalives, TCP user timeout): the caller need not. The daemon thread then
+        ends on its own, and the listeners' re-poll covers a hint it never sent."""
         self._closed.set()
         self._signal.set()
-        self._thread.join()
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def _due(self) -> bool:
         """True if a commit may need announcing; forgets connections that are done.
@@ -127,7 +138,7 @@ class Notifier:
         for _ in range(2):
             try:
                 if conn is None or conn.closed:
-                    conn = psycopg.connect(self._url, autocommit=True)
+                    conn = psycopg.connect(self._conninfo, autocommit=True)
                     # NOTIFY assigns an xid, so it commits: a hint needs no WAL flush
                     conn.execute("SET synchronous_commit TO off")
                 # libpq directly (it releases the GIL): a third of a psycopg execute's CPU

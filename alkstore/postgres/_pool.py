@@ -7,27 +7,68 @@ per single-statement operation on this 2-core machine; docs/performance.md).
 Connections are opened on demand up to `size`; a connection that comes back
 closed, broken or inside a transaction is discarded, so a restarted server or a
 terminated backend costs one failed operation, never a poisoned pool.
+
+Every connection alkstore opens (pool, notifier, listener, the probe) uses the
+conninfo `conninfo()` builds: a connect timeout, so a checkout never waits on an
+unreachable server for longer than that, and TCP keepalives plus a TCP user
+timeout, so a peer that went silent (a partition, a dead host) breaks the
+connection instead of leaving a statement waiting forever (ADR 0001 addendum).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import psycopg
+from psycopg import conninfo as _conninfo
+from psycopg import pq
 from psycopg.pq import TransactionStatus
 
 from alkstore import _errors
 from alkstore.postgres import _conn
 
 CHECKOUT_TIMEOUT = 30.0
+DEFAULT_CONNECT_TIMEOUT = 5.0  # seconds; alkstore.connect(..., connect_timeout=)
+# A silent peer breaks an idle connection after about 10 + 5 x 3 s, and a connection
+# whose sent data goes unacknowledged after 30 s (Linux; ignored elsewhere by libpq).
+KEEPALIVES: dict[str, str] = {
+    "keepalives": "1",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+}
+if pq.version() >= 120000:  # libpq 12 added tcp_user_timeout
+    KEEPALIVES["tcp_user_timeout"] = "30000"  # milliseconds
+
+
+def conninfo(url: str, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> str:
+    """`url` as a libpq conninfo string with alkstore's connection defaults added.
+
+    A parameter the URL already sets wins (`?connect_timeout=20&keepalives_idle=60`):
+    psycopg's own keyword arguments would override the URL, so alkstore adds only
+    what is missing. libpq counts the timeout in whole seconds, at least 2: it is
+    rounded up here, and psycopg raises anything below 2 to 2."""
+    try:
+        params = _conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise _errors.InvalidURL(url, str(exc)) from None
+    defaults = {"connect_timeout": str(max(1, math.ceil(connect_timeout))), **KEEPALIVES}
+    for key, value in defaults.items():
+        params.setdefault(key, value)
+    return _conninfo.make_conninfo("", **params)
 
 
 class Pool:
-    def __init__(self, url: str, size: int, configure: Callable[[_conn.Connection], None]) -> None:
-        self._url = url
+    """Up to `size` autocommit connections to `conninfo` (build it with `conninfo()`)."""
+
+    def __init__(
+        self, conninfo: str, size: int, configure: Callable[[_conn.Connection], None]
+    ) -> None:
+        self._conninfo = conninfo
         self._size = size
         self._configure = configure
         self._idle: list[_conn.Connection] = []
@@ -62,7 +103,7 @@ class Pool:
                     )
                 self._cond.wait(remaining)
         try:
-            conn = _conn.Connection.connect(self._url, autocommit=True)
+            conn = _conn.Connection.connect(self._conninfo, autocommit=True)
             self._configure(conn)
             return conn
         except BaseException as exc:
