@@ -27,7 +27,6 @@ _PACKAGE = "alkstore.postgres"
 SEQUENCE_BATCH = 5_000
 PREPARED = ("enqueue",)  # hot one-statement queries run on libpq (_prepared)
 LISTEN_POLL = 0.25  # seconds: how often the listener thread checks for close()
-RESERVED_CONNECT_TIMEOUT = 5  # seconds (the lease renewer's own connection)
 CLOSE_WAIT = 2.0  # seconds close() waits for the notifier's last NOTIFY and the listener
 
 translate = _conn.translate
@@ -66,9 +65,7 @@ class PostgresEngine:
         # the connect timeout and TCP keepalives for every connection we open
         self._conninfo = _pool.conninfo(url, connect_timeout)
         connect_probe(self._conninfo)
-        # what the reserved (lease renewal) connection opens: the conninfo, so it has the
-        # keepalives too (its own connect_timeout argument still overrides ours)
-        self._url = self._conninfo
+        self._url = self._conninfo  # what the reserved (lease renewal) connection opens
         self._namespace = namespace
         self._q = _sql.queries(_PACKAGE, namespace)
         self._append_name = f"_alkstore_append_{namespace}".encode()
@@ -319,9 +316,7 @@ class _Reserved:
             raise _errors.AlkstoreError("the store is closed")
         try:
             if self._conn is None or self._conn.closed:
-                self._conn = psycopg.connect(
-                    self._url, autocommit=True, connect_timeout=RESERVED_CONNECT_TIMEOUT
-                )
+                self._conn = psycopg.connect(self._url, autocommit=True)  # timeout: conninfo
                 _configure(self._conn)
             cursor = self._conn.execute(self._q[name], params)
             return cursor.fetchall() if cursor.description else []

@@ -60,16 +60,18 @@ def test_handlers_holding_the_database_never_make_a_job_run_twice(backend: Backe
 
         with running(worker):
             wait_until(
-                lambda: worker.counters["ack"] + worker.counters["lease_lost"] >= jobs
-                and not q.stats().active
-                and not q.stats().ready,
+                lambda: (
+                    worker.counters["ack"] + worker.counters["lease_lost"] >= jobs
+                    and not q.stats().active
+                    and not q.stats().ready
+                ),
                 "every job handled",
                 timeout=120,
             )
         ran_twice = {job_id: n for job_id, n in starts.items() if n != 1}
         assert not twice_at_once, f"jobs ran twice at once: {twice_at_once}"
         assert not ran_twice, f"handlers started more than once: {ran_twice} ({worker.counters})"
-        assert sorted(starts) == sorted(ids)
+        assert sorted(starts) == sorted(i for i in ids if i is not None)
         assert worker.counters["ack"] == jobs and worker.counters["lease_lost"] == 0
         assert q.dead_letters() == []
         assert store.queue("side").stats().ready == jobs
