@@ -38,6 +38,7 @@ class Runtime:
     clock: Callable[[], float] | None
     random: random.Random = field(default_factory=random.Random)
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD
+    exhausted_checked: dict[str, float] = field(default_factory=dict)  # queue -> monotonic
 
     def now_param(self) -> int | None:
         """The `now` of a query: None lets the database use its own clock."""
@@ -194,7 +195,6 @@ class Queue:
         self._engine = runtime.engine
         self._config: QueueConfig | None = None
         self._config_read = 0.0
-        self._exhausted_checked = time.monotonic()
 
     # -- configuration ---------------------------------------------------------------
 
@@ -354,11 +354,12 @@ class Queue:
 
     def _bury_exhausted(self) -> None:
         """Dead-letter exhausted jobs (their last lease ran out) at most once a second per
-        Queue object: an application that only calls claim() buries them too."""
+        queue and store: an application that only calls claim() buries them too."""
         now = time.monotonic()
-        if now - self._exhausted_checked < EXHAUSTED_EVERY:
+        checked = self._rt.exhausted_checked
+        if now - checked.get(self.name, -EXHAUSTED_EVERY) < EXHAUSTED_EVERY:
             return
-        self._exhausted_checked = now
+        checked[self.name] = now
         params = {"now": self._rt.now_param(), "batch": SWEEP_BATCH}
         self._engine.run("sweep_exhausted", params)
 

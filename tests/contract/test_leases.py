@@ -105,8 +105,8 @@ def test_an_exhausted_job_without_a_lease_is_buried_not_stranded(
     q = store.queue("ex")
     job_id = q.enqueue("x", max_attempts=2)
     execute(backend, "UPDATE {jobs} SET attempts = 2 WHERE id = ?", job_id)
-    assert q.claim() is None
     assert store.sweep().lease_expired == 1
+    assert q.claim() is None
     (dead,) = q.dead_letters()
     assert (dead.id, dead.reason, dead.attempts) == (job_id, "attempts exhausted", 2)
     assert q.stats().active == 0
