@@ -295,6 +295,40 @@ def fill_jobs(backend: Backend, store: alkstore.Store, queue: str, count: int) -
         tx.connection.execute(query, params)
 
 
+def fill_log(backend: Backend, store: alkstore.Store, count: int) -> None:
+    """Append `count` committed, numbered `bench.order_placed` events with one set-based
+    INSERT (rows as `append_many` stores them), after the current head. Nothing else
+    may append or sequence meanwhile (PostgreSQL: the rows get their positions here)."""
+    events = backend.table(store.namespace, "events")
+    if backend.name == "postgres":
+        head = backend.table(store.namespace, "log_head")
+        statements: list[tuple[str, tuple[Any, ...]]] = [
+            (
+                f"INSERT INTO {events} (position, type, payload) "
+                "SELECT h.head + g, 'bench.order_placed', jsonb_build_object("
+                "'type', 'bench.order_placed', 'order_id', g, 'total_cents', g %% 10000) "
+                f"FROM {head} AS h, generate_series(1, %s) AS g",
+                (count,),
+            ),
+            (f"UPDATE {head} SET head = head + %s", (count,)),
+        ]
+    else:
+        statements = [
+            (
+                "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < ?) "
+                f"INSERT INTO {events} (type, payload, appended_at) "
+                "SELECT 'bench.order_placed', json_object("
+                "'type', 'bench.order_placed', 'order_id', i, 'total_cents', i % 10000), ? "
+                "FROM c",
+                (count, now_ms()),
+            )
+        ]
+    with store.transaction() as tx:
+        for statement, params in statements:
+            tx.connection.execute(statement, params)
+    backend.vacuum(store.namespace, "events")
+
+
 def clear_jobs(backend: Backend, store: alkstore.Store) -> None:
     jobs = backend.table(store.namespace, "jobs")
     statement = f"TRUNCATE {jobs}" if backend.name == "postgres" else f"DELETE FROM {jobs}"
