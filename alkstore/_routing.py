@@ -187,7 +187,8 @@ def relay_batch(rt: _queue.Runtime, lease: Lease | None, batch: int = 5_000) -> 
     the events after the lowest checkpoint (up to `batch`), insert one job per
     matching subscription, advance the checkpoints of the subscriptions the batch
     covered. Returns (jobs created, positions covered). A crash at any point rolls
-    the whole batch back.
+    the whole batch back. Each step seeks the range (low, high] of the log, so a
+    batch costs the same on a log of any length (docs/adr/0011).
     """
     engine = rt.engine
     engine.sequence()
@@ -198,7 +199,8 @@ def relay_batch(rt: _queue.Runtime, lease: Lease | None, batch: int = 5_000) -> 
         low, high, queues = engine.run_in(conn, "relay_bounds", {"batch": batch})[0]
         if low is None or high <= low:
             return 0, 0
-        params = {"high": high, "now": now, "queues": queues}
+        # low..high: every statement seeks the batch's range (docs/adr/0011)
+        params = {"low": low, "high": high, "now": now, "queues": queues}
         jobs = len(engine.run_in(conn, "relay_insert", params))
         engine.run_in(conn, "relay_advance", params)
     if jobs:

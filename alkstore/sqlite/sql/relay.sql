@@ -30,12 +30,15 @@ FROM low
 
 -- name: relay_insert
 -- GLOB, not LIKE: case-sensitive as on PostgreSQL (patterns only contain * wildcards).
+-- :low (relay_bounds' lowest checkpoint) bounds the rowid range from below: without it
+-- the plan walked the log from position 1 on every batch (docs/adr/0011).
 INSERT INTO {ns}__jobs (queue, priority, visible_at, enqueued_at, max_attempts,
                         type, key, position, headers, payload)
 SELECT s.queue, 0, {now}, {now}, coalesce(q.max_attempts, 5),
        e.type, e.key, e.position, e.headers, e.payload
 FROM {ns}__subscriptions AS s
-JOIN {ns}__events AS e ON e.position > s.checkpoint AND e.position <= :high
+JOIN {ns}__events AS e
+  ON e.position > :low AND e.position <= :high AND e.position > s.checkpoint
 LEFT JOIN {ns}__queues AS q ON q.name = s.queue
 WHERE s.queue IN (SELECT value FROM json_each(:queues))
   AND EXISTS (SELECT 1 FROM json_each(s.events) AS p WHERE e.type GLOB p.value)
