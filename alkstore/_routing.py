@@ -201,7 +201,7 @@ def relay_batch(rt: _queue.Runtime, lease: Lease | None, batch: int = 5_000) -> 
             return 0, 0
         # low..high: every statement seeks the batch's range (docs/adr/0011)
         params = {"low": low, "high": high, "now": now, "queues": queues}
-        jobs = len(engine.run_in(conn, "relay_insert", params))
+        jobs = int(engine.run_in(conn, "relay_insert", params)[0][0])
         engine.run_in(conn, "relay_advance", params)
     if jobs:
         engine.committed()  # wake the workers

@@ -29,21 +29,26 @@ SELECT low.low, coalesce((
 FROM low
 
 -- name: relay_insert
--- GLOB, not LIKE: case-sensitive as on PostgreSQL (patterns only contain * wildcards).
--- :low (relay_bounds' lowest checkpoint) bounds the rowid range from below: without it
--- the plan walked the log from position 1 on every batch (docs/adr/0011).
+-- Returns one row: the number of jobs created (changes(): RETURNING id cost a quarter of
+-- a 5,000-event batch). GLOB, not LIKE: case-sensitive as on PostgreSQL (patterns only
+-- contain * wildcards). The log is read as a range of rowids, (:low, :high] (relay_bounds'
+-- lowest checkpoint and the batch's end), once per subscription: CROSS JOIN keeps the
+-- subscriptions in the outer loop, so each event row is looked at once per subscription
+-- and no lookup of s or q repeats per event. The IN list walks the queues in order, so
+-- ORDER BY needs no sort. Without :low the plan walked the log from position 1 on every
+-- batch (docs/adr/0011).
 INSERT INTO {ns}__jobs (queue, priority, visible_at, enqueued_at, max_attempts,
                         type, key, position, headers, payload)
 SELECT s.queue, 0, {now}, {now}, coalesce(q.max_attempts, 5),
        e.type, e.key, e.position, e.headers, e.payload
 FROM {ns}__subscriptions AS s
-JOIN {ns}__events AS e
-  ON e.position > :low AND e.position <= :high AND e.position > s.checkpoint
 LEFT JOIN {ns}__queues AS q ON q.name = s.queue
+CROSS JOIN {ns}__events AS e
 WHERE s.queue IN (SELECT value FROM json_each(:queues))
+  AND e.position > :low AND e.position <= :high AND e.position > s.checkpoint
   AND EXISTS (SELECT 1 FROM json_each(s.events) AS p WHERE e.type GLOB p.value)
-ORDER BY e.position, s.queue
-RETURNING id
+ORDER BY s.queue, e.position;
+SELECT changes()
 
 -- name: relay_advance
 UPDATE {ns}__subscriptions SET checkpoint = :high, updated_at = {now}
