@@ -23,6 +23,7 @@ from alkstore._errors import (
 )
 from alkstore._events import Event
 from alkstore._jobs import Attempt, DeadLetter, Job, QueueStats, SweepResult
+from alkstore._leases import Renewal
 from alkstore._queue import Queue, QueueConfig
 from alkstore._routing import Holdup, Lag, Lease, NotLeader, Status, Subscription
 from alkstore._schedules import Schedule, Schedules
@@ -63,6 +64,7 @@ __all__ = [
     "QueueConfig",
     "QueueError",
     "QueueStats",
+    "Renewal",
     "Schedule",
     "Schedules",
     "Status",

@@ -42,5 +42,13 @@ class Renewal:
         renewed = {(row[0], row[1]) for row in rows}
         return [job for job in held if (job.id, job.lease_token) not in renewed]
 
+    def mark_started(self, jobs: Iterable[Job[Any]]) -> None:
+        """`Queue.start_many` on this connection: prefetched jobs whose handlers started
+        count their attempt (ADR 0012)."""
+        pairs = [[job.id, job.lease_token] for job in jobs]
+        if pairs:
+            params = {"pairs": _encode(pairs).decode(), "now": self._rt.now_param()}
+            self._conn.run("start_many", params)
+
     def close(self) -> None:
         self._conn.close()

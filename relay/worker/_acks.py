@@ -1,11 +1,8 @@
-"""Batched acks, and the start marks of prefetched jobs riding with them.
+"""Batched acks.
 
 A finished job stays held (its lease renewed) until its ack is stored: an ack
 that waits for a connection, or fails while the database is away, is tried again
-and never lets the lease run out under a job that succeeded. A prefetched job's
-start is recorded with the next flush (within `flush` seconds); a job acked in
-that same flush needs no start mark at all, so fast jobs cost no extra statement
-(ADR 0012).
+and never lets the lease run out under a job that succeeded (ADR 0012).
 """
 
 from __future__ import annotations
@@ -22,6 +19,7 @@ log = logging.getLogger("alkstore.worker")
 RETRY_AFTER = 0.5  # seconds between tries of a failed flush
 
 Report = Callable[[alkstore.Job[Any], str, float], None]
+Entry = tuple[_inflight.Running, float]  # a finished job and its handler's seconds
 
 
 class Acks:
@@ -42,18 +40,13 @@ class Acks:
         self._batch = batch
         self._flush_every = flush
         self._cond = threading.Condition()
-        self._acks: list[tuple[_inflight.Running, float]] = []
-        self._starts: list[alkstore.Job[Any]] = []
+        self._acks: list[Entry] = []
 
     def ack(self, item: _inflight.Running, seconds: float) -> None:
         with self._cond:
             self._acks.append((item, seconds))
             if len(self._acks) >= self._batch:
                 self._cond.notify()
-
-    def started(self, jobs: list[alkstore.Job[Any]]) -> None:
-        with self._cond:
-            self._starts.extend(jobs)
 
     def wake(self) -> None:
         with self._cond:
@@ -64,14 +57,13 @@ class Acks:
         away past `done`: those jobs come back when their leases run out)."""
         while True:
             with self._cond:
-                if not self._acks and not self._starts:
+                if not self._acks:
                     self._cond.wait(self._flush_every)
                 if len(self._acks) < self._batch:
                     self._cond.wait(self._flush_every)  # let a batch gather, briefly
                 acks, self._acks = self._acks, []
-                starts, self._starts = self._starts, []
-            if acks or starts:
-                failed = self._flush(acks, starts)
+            if acks:
+                failed = self._flush(acks)
                 if failed and not done.is_set():
                     with self._cond:  # try these again, before the ones that came meanwhile
                         self._acks[:0] = failed
@@ -79,25 +71,13 @@ class Acks:
             elif done.is_set():
                 return
 
-    def _flush(
-        self, acks: list[tuple[_inflight.Running, float]], starts: list[alkstore.Job[Any]]
-    ) -> list[tuple[_inflight.Running, float]]:
+    def _flush(self, acks: list[Entry]) -> list[Entry]:
         """Store the batch; returns the acks that could not be stored (to try again)."""
-        acked = {_inflight.key(item.job) for item, _ in acks}
-        by_queue: dict[str, list[alkstore.Job[Any]]] = {}
-        for job in starts:  # settled meanwhile (retry, fail, release): nothing to mark
-            if _inflight.key(job) not in acked and self._inflight.get(job) is not None:
-                by_queue.setdefault(job.queue, []).append(job)
-        for name, jobs in by_queue.items():
-            try:
-                self._store.queue(name).start_many(jobs)
-            except alkstore.StorageError as exc:  # an attempt not counted, at worst
-                log.warning("could not record %d job starts (%s)", len(jobs), exc)
-        failed: list[tuple[_inflight.Running, float]] = []
-        seconds = {_inflight.key(item.job): took for item, took in acks}
-        grouped: dict[str, list[tuple[_inflight.Running, float]]] = {}
-        for item, took in acks:
-            grouped.setdefault(item.job.queue, []).append((item, took))
+        failed: list[Entry] = []
+        grouped: dict[str, list[Entry]] = {}
+        for entry in acks:
+            grouped.setdefault(entry[0].job.queue, []).append(entry)
+        debug = log.isEnabledFor(logging.DEBUG)
         for name, entries in grouped.items():
             jobs = [item.job for item, _ in entries]
             try:
@@ -106,13 +86,13 @@ class Acks:
                 log.warning("ack of %d jobs failed (%s); trying again", len(jobs), exc)
                 failed.extend(entries)
                 continue
-            self._inflight.discard(jobs)
+            self._inflight.discard([item for item, _ in entries])
             self._counters.add("ack", len(jobs) - len(lost))
             self._counters.add("lease_lost", len(lost))
-            debug = log.isEnabledFor(logging.DEBUG)
-            for job in jobs:
+            for item, seconds in entries:
+                job = item.job
                 kind = "lease_lost" if job.id in lost else "ack"
                 if debug:
                     log.debug("job %s#%d: %s", job.queue, job.id, kind)
-                self._report(job, kind, seconds[_inflight.key(job)])
+                self._report(job, kind, seconds)
         return failed

@@ -107,10 +107,9 @@ class Dispatcher:
                 if item.abandoned:  # its lease was lost while it waited
                     ctx.slots.give(item.job.queue)
                     continue
-                item.job.mark_started()
+                item.job.mark_started()  # recorded by the lease keeper if it runs long
                 item.started = now
                 go.append(item)
-        ctx.acks.started([item.job for item in go])
         for item in go:
             self._run(item)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 import alkstore
@@ -23,18 +22,33 @@ def key(job: alkstore.Job[Any]) -> Key:
     return (job.id, job.lease_token)
 
 
-@dataclass(eq=False)
 class Running:
     """A held job: prefetched (started is None), in its handler, or done and waiting
-    for its ack. The leases of all three are renewed."""
+    for its ack. The leases of all three are renewed. (A plain class with slots: one
+    is made per claimed job.)"""
 
-    job: alkstore.Job[Any]
-    handler: _handlers.Handler
-    renewed: float  # time.monotonic() of the claim or the last renewal
-    started: float | None = None
-    finished: bool = False  # the handler returned; its ack is batched
-    abandoned: bool = False  # released, timed out or lease lost: its result is ignored
-    task: concurrent.futures.Future[Any] | None = None  # an async handler's: cancelled on loss
+    __slots__ = (
+        "abandoned",
+        "finished",
+        "handler",
+        "job",
+        "key",
+        "marked",
+        "renewed",
+        "started",
+        "task",
+    )
+
+    def __init__(self, job: alkstore.Job[Any], handler: _handlers.Handler, now: float) -> None:
+        self.job = job
+        self.key: Key = (job.id, job.lease_token)
+        self.handler = handler
+        self.renewed = now  # time.monotonic() of the claim or the last renewal
+        self.started: float | None = None  # time.monotonic() when its handler started
+        self.marked = job.started  # its start is recorded in the database
+        self.finished = False  # the handler returned; its ack is batched
+        self.abandoned = False  # released, timed out or lease lost: its result is ignored
+        self.task: concurrent.futures.Future[Any] | None = None  # async: cancelled on loss
 
 
 class InFlight:
@@ -47,7 +61,7 @@ class InFlight:
     def add(self, items: list[Running]) -> None:
         with self.lock:
             for item in items:
-                self._items[key(item.job)] = item
+                self._items[item.key] = item
 
     def get(self, job: alkstore.Job[Any]) -> Running | None:
         return self._items.get(key(job))
@@ -56,10 +70,10 @@ class InFlight:
         with self.lock:
             return self._items.pop(key(job), None)
 
-    def discard(self, jobs: list[alkstore.Job[Any]]) -> None:
+    def discard(self, items: list[Running]) -> None:
         with self.lock:
-            for job in jobs:
-                self._items.pop(key(job), None)
+            for item in items:
+                self._items.pop(item.key, None)
 
     def snapshot(self) -> list[Running]:
         with self.lock:

@@ -5,7 +5,9 @@ waiting for its ack) in one statement, on the store's reserved connection, as
 soon as the oldest renewal is a third of its lease old. A lease found lost is
 handed to `on_lost` (the job is abandoned: its handler is told through
 `job.lease_lost`, an async one is cancelled). It also sees sync handlers that ran
-past their timeout.
+past their timeout, and records the starts of prefetched jobs that have run for
+START_AFTER seconds (their attempts count from then in the database; a job done
+sooner needs no mark at all, so short jobs cost no statement for it).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from relay.worker import _inflight
 log = logging.getLogger("alkstore.worker")
 TICK = 0.05  # seconds between looks at the held jobs
 RETRY_AFTER = 0.25  # seconds between renewals while the database does not answer
+START_AFTER = 0.05  # seconds a prefetched job runs before its start is recorded
 
 
 class LeaseKeeper:
@@ -47,6 +50,7 @@ class LeaseKeeper:
             while not done.wait(TICK):
                 now = time.monotonic()
                 items = [item for item in self._inflight.snapshot() if not item.abandoned]
+                self._mark_starts(renewal, items, now - START_AFTER)
                 for item in items:
                     timeout = item.handler.timeout
                     if (
@@ -70,7 +74,30 @@ class LeaseKeeper:
                     item.renewed = now
                 gone = {_inflight.key(job) for job in lost}
                 for item in items:
-                    if _inflight.key(item.job) in gone and not item.abandoned:
+                    if item.key in gone and not item.abandoned:
                         self._on_lost(item)
         finally:
             renewal.close()
+
+    def _mark_starts(
+        self, renewal: alkstore.Renewal, items: list[_inflight.Running], since: float
+    ) -> None:
+        """Record the starts of prefetched jobs running since before `since` (on the
+        renewal's connection: never behind the handlers)."""
+        due = [
+            item
+            for item in items
+            if not item.marked
+            and not item.finished
+            and item.started is not None
+            and item.started <= since
+        ]
+        if not due:
+            return
+        try:
+            renewal.mark_started([item.job for item in due])
+        except alkstore.StorageError as exc:  # tried again next tick
+            log.warning("could not record %d job starts (%s)", len(due), exc)
+            return
+        for item in due:
+            item.marked = True
