@@ -6,7 +6,7 @@ import math
 import os
 import random
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any, Literal, overload
 
 from alkstore import (
@@ -98,11 +98,40 @@ class Transaction:
         """
         if not self._open:
             raise RuntimeError("this transaction has ended")
-        params = _queue.enqueue_params(self._runtime, queue, payload, **options)
-        rows = self._engine.run_in(self.connection, _queue.enqueue_query(params), params)
+        if options:
+            params = _queue.enqueue_params(self._runtime, queue, payload, **options)
+            name = _queue.enqueue_query(params)
+        else:  # the hot path, as q.enqueue's: every option at its default
+            params = _queue.plain_params(self._runtime, _config.check_name("queue", queue), payload)
+            name = "enqueue"
+        rows = self._engine.run_in(self.connection, name, params)
         job_id = _queue.check_duplicate(rows, params, on_duplicate)
         self.wrote = True
         return job_id
+
+
+class _Scope:
+    """`store.transaction()`: a plain context manager around the engine's transaction
+    (no generator of its own: it is on the path of every business transaction)."""
+
+    __slots__ = ("_inner", "_runtime", "_tx")
+
+    def __init__(self, runtime: _queue.Runtime) -> None:
+        self._runtime = runtime
+        self._inner = runtime.engine.transaction()
+
+    def __enter__(self) -> Transaction:
+        self._tx = Transaction(self._runtime, self._inner.__enter__())
+        return self._tx
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        tx = self._tx
+        tx._open = False
+        self._inner.__exit__(exc_type, exc, tb)
+        if tx.wrote and exc_type is None:
+            self._runtime.engine.committed()
 
 
 class Log:
@@ -257,17 +286,9 @@ class Store:
         """The DDL that `migrate()` runs, for review; applies nothing."""
         return self._engine.ddl(pending_only=pending_only)
 
-    @contextmanager
-    def transaction(self) -> Iterator[Transaction]:
+    def transaction(self) -> AbstractContextManager[Transaction]:
         """Open a transaction; commit on normal exit, roll back on an exception."""
-        with self._engine.transaction() as connection:
-            tx = Transaction(self._runtime, connection)
-            try:
-                yield tx
-            finally:
-                tx._open = False
-        if tx.wrote:
-            self._engine.committed()
+        return _Scope(self._runtime)
 
     def listen(self) -> _wake.Listener:
         """A listener whose `wait(timeout)` returns when something new may be committed."""

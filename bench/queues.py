@@ -4,7 +4,7 @@ Run it from the repository root (about 3 minutes; `--quick` takes under one):
 
     python bench/queues.py [--quick] [--engines sqlite,postgres] [--reps 3]
                            [--seconds 2] [--drain-jobs 20000] [--drain-cap 2.5]
-                           [--large 1000000] [--json results.json]
+                           [--large 1000000] [--json results.json] [--enqueue-only]
 
 On each engine, in one run:
 
@@ -12,6 +12,9 @@ On each engine, in one run:
    INSERT of the same row (same columns and values, payload pre-encoded) in the same
    transaction shape alkstore uses (SQLite: BEGIN IMMEDIATE ... COMMIT; PostgreSQL: one
    autocommit statement). Target: ratio >= 0.85. Alternating slices, as bench/append.py.
+   Beside it, the transactional enqueue: `with store.transaction() as tx: tx.enqueue(...)`
+   vs a hand-written driver transaction inserting the same row (BEGIN [IMMEDIATE],
+   INSERT ... RETURNING id, COMMIT). Target: ratio >= 0.9 (issue 13, item 3).
 2. batched enqueue: `q.enqueue_many(100 payloads)` in jobs/s, beside a raw `executemany`
    of the same 100 rows in one transaction.
 3. drain: 20,000 no-op jobs (filled with SQL) claimed with `claim_many(n)` and acked with
@@ -66,6 +69,7 @@ from bench._common import (
 )
 
 SINGLE_TARGET = 0.85  # q.enqueue / raw INSERT
+TX_TARGET = 0.9  # store.transaction() + tx.enqueue / raw BEGIN, INSERT, COMMIT
 DRAIN_TARGETS = {"postgres": 20_000.0, "sqlite": 40_000.0}  # jobs/s at claim batch 100
 SCALE_TARGET = 0.8  # claim rate at 1M / at 1k
 ENQUEUE_BATCH = 100
@@ -86,6 +90,7 @@ class Settings:
     drain_jobs: int
     drain_cap: float
     large: int
+    enqueue_only: bool = False
 
     @property
     def slices(self) -> int:
@@ -130,6 +135,14 @@ class RawSql:
     def enqueue(self, queue: str, payload: str) -> int:
         now = now_ms()
         return int(self.run(self.insert_job, (queue, now, now, payload))[0][0])
+
+    def enqueue_in_tx(self, queue: str, payload: str) -> int:
+        """The same row in a hand-written transaction: BEGIN [IMMEDIATE], INSERT, COMMIT."""
+        now = now_ms()
+        if self.sqlite:
+            return int(self.run(self.insert_job, (queue, now, now, payload))[0][0])
+        with self.conn.transaction():
+            return int(self.conn.execute(self.insert_job, (queue, now, now, payload)).fetchone()[0])
 
     def enqueue_many(self, queue: str, payloads: list[str]) -> list[int]:
         now = now_ms()
@@ -236,11 +249,52 @@ class QueueBench:
             detail=f"q.enqueue {median(a):,.0f} jobs/s, raw {median(b):,.0f} jobs/s",
         )
 
+    def enqueue_in_tx(self) -> Metric:
+        """store.transaction() + tx.enqueue vs the same row in a hand-written transaction."""
+        with self.store("bq_enqueue_tx") as store:
+            raw = RawSql(self.backend, store.namespace)
+            try:
+                encoded = _encode(PAYLOAD).decode()
+
+                def in_tx(queue: str, payload: object) -> None:
+                    with store.transaction() as tx:
+                        tx.enqueue(queue, payload)
+
+                self.check_same_row(store, store.queue("tx"), raw, encoded, enqueue=in_tx)
+
+                def ours() -> None:
+                    with store.transaction() as tx:
+                        tx.enqueue("tx", PAYLOAD)
+
+                def theirs() -> None:
+                    raw.enqueue_in_tx("tx", encoded)
+
+                a, b = self.compare_ops(ours, theirs)
+            finally:
+                raw.close()
+        ratios = [x / y for x, y in zip(a, b, strict=True)]
+        return Metric(
+            self.engine,
+            "enqueue in tx: tx.enqueue / raw tx",
+            "x",
+            ratios,
+            TX_TARGET,
+            detail=f"tx.enqueue {median(a):,.0f} jobs/s, raw {median(b):,.0f} jobs/s",
+        )
+
     def check_same_row(
-        self, store: alkstore.Store, queue: alkstore.Queue, raw: RawSql, encoded: str
+        self,
+        store: alkstore.Store,
+        queue: alkstore.Queue,
+        raw: RawSql,
+        encoded: str,
+        enqueue: Callable[[str, object], object] | None = None,
     ) -> None:
         """The raw INSERT must store the row alkstore stores (ids and times aside)."""
-        queue.enqueue(PAYLOAD)
+        if enqueue is None:
+            queue.enqueue(PAYLOAD)
+        else:
+            enqueue(queue.name, PAYLOAD)
         raw.enqueue(queue.name, encoded)
         jobs = self.backend.table(store.namespace, "jobs")
         cast = "" if self.engine == "sqlite" else "::text"
@@ -433,9 +487,11 @@ def run_engine(engine: str, settings: Settings) -> list[Metric]:
     bench = QueueBench(backend, settings)
     results: list[Metric] = []
     try:
-        for measure in (bench.enqueue_single, bench.enqueue_batched):
+        for measure in (bench.enqueue_single, bench.enqueue_in_tx, bench.enqueue_batched):
             results.append(measure())
             progress(results[-1])
+        if settings.enqueue_only:
+            return results
         for metric in bench.drain_all():
             results.append(metric)
             progress(metric)
@@ -453,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain-jobs", type=int, default=20_000, help="jobs per drain")
     parser.add_argument("--drain-cap", type=float, help="max seconds per drain (2.5, quick 1)")
     parser.add_argument("--large", type=int, default=1_000_000, help="jobs in the big queue")
+    parser.add_argument("--enqueue-only", action="store_true", help="only the enqueue rows")
     args = parser.parse_args(argv)
     settings = Settings(
         engines=args.engines,
@@ -461,6 +518,7 @@ def main(argv: list[str] | None = None) -> int:
         drain_jobs=args.drain_jobs,
         drain_cap=args.drain_cap or (1.0 if args.quick else 2.5),
         large=args.large,
+        enqueue_only=args.enqueue_only,
     )
     run = Run("queues", {**asdict(settings), "engines": ",".join(settings.engines)})
     run.announce()

@@ -111,6 +111,17 @@ class Connection(psycopg.Connection[TupleRow]):
         return not (self._alk_in_flight or self._alk_unsure or self.closed or self.broken)
 
     @property
+    def can_run_in(self) -> bool:
+        """Can `run_prepared_in` run now? In alkstore's transaction, idle or with events in
+        flight; not in the application's pipeline, nor while it reads a result (stream)."""
+        if not PIPELINED or not self.in_store_transaction:
+            return False
+        return self._alk_in_flight or (
+            not self.pgconn.pipeline_status
+            and self.pgconn.transaction_status == pq.TransactionStatus.INTRANS
+        )
+
+    @property
     def can_pipeline(self) -> bool:
         """Can `append` send now? Not on an old libpq or in the application's pipeline."""
         return PIPELINED and (self._alk_in_flight or not self.pgconn.pipeline_status)
@@ -202,6 +213,33 @@ class Connection(psycopg.Connection[TupleRow]):
             raise _result_error(result)
         return result
 
+    def run_prepared_in(
+        self, name: bytes, query: bytes, values: Sequence[bytes | None]
+    ) -> pq.abc.PGresult:
+        """One statement inside alkstore's transaction, through libpq, its reply awaited:
+        it joins the pipeline of the events in flight, so their replies come back in
+        its round trip (tx.enqueue: docs/adr/0010, addendum 2026-12-01).
+
+        No second try on SQLSTATE 26000 here: the error has aborted the transaction.
+        It is raised like any error of the statement, and the statement is prepared
+        again in the next transaction."""
+        pgconn = self.pgconn
+        if not self._alk_in_flight:
+            pgconn.enter_pipeline_mode()
+            self._alk_in_flight = True
+        if name not in self._alk_prepared:
+            pgconn.send_close_prepared(name)  # not an error when it does not exist
+            pgconn.send_prepare(name, query)
+            self._alk_prepared.add(name)
+        # None is SQL NULL (psycopg's abc omits it here)
+        pgconn.send_query_prepared(name, values)
+        error, result = self._alk_drain()
+        if error is not None:
+            self._alk_prepared.clear()
+            raise error
+        assert result is not None
+        return result
+
     def settle(self) -> None:
         """Read the replies still in flight (one round trip); raise their first error."""
         if self._alk_in_flight:
@@ -247,23 +285,28 @@ class Connection(psycopg.Connection[TupleRow]):
 
     def _alk_sync(self) -> _errors.AlkstoreError | None:
         """Sync the pipeline, read every reply, leave pipeline mode; the first error."""
+        return self._alk_drain()[0]
+
+    def _alk_drain(self) -> tuple[_errors.AlkstoreError | None, pq.abc.PGresult | None]:
+        """`_alk_sync`, and the last statement's result."""
         self._alk_unsure = True
         pgconn = self.pgconn
         pgconn.pipeline_sync()
         self._alk_flush()
-        error = None
+        error = last = None
         while True:
             result = self._alk_next_result()
             if result is None:
                 continue  # the end of one query's results
             if result.status == _SYNC:
                 break
+            last = result
             if result.status == pq.ExecStatus.FATAL_ERROR and error is None:
                 error = _result_error(result)
         pgconn.exit_pipeline_mode()
         self._alk_in_flight = False
         self._alk_unsure = False
-        return error
+        return error, last
 
     # -- the application's use of the connection ------------------------------------
 

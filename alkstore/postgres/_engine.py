@@ -25,7 +25,7 @@ from alkstore.postgres import _conn, _notify, _pool, _prepared
 
 _PACKAGE = "alkstore.postgres"
 SEQUENCE_BATCH = 5_000
-PREPARED = ("enqueue",)  # hot one-statement queries run on libpq (_prepared)
+PREPARED = ("enqueue", "enqueue_dedupe")  # hot one-statement queries run on libpq (_prepared)
 LISTEN_POLL = 0.25  # seconds: how often the listener thread checks for close()
 CLOSE_WAIT = 2.0  # seconds close() waits for the notifier's last NOTIFY and the listener
 
@@ -228,8 +228,18 @@ class PostgresEngine:
             self._pool.put(conn)
 
     def run_in(self, conn: Any, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        statement = self._prepared.get(name)
+        if statement is not None and conn.can_run_in:  # tx.enqueue: on libpq (_conn)
+            try:
+                return statement.run_in(conn, params)
+            except psycopg.Error as exc:
+                raise _translated(exc) from exc
         with translate():
-            cursor = conn.execute(self._q[name], params)
+            if conn.pgconn.pipeline_status:  # the application's pipeline: a nested block's
+                with conn.pipeline():  # exit syncs, so the reply is there to read
+                    cursor = conn.execute(self._q[name], params)
+            else:
+                cursor = conn.execute(self._q[name], params)
             return cursor.fetchall() if cursor.description else []
 
     def run_many_in(

@@ -77,6 +77,10 @@ class Statement:
     def run(self, conn: _conn.Connection, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         return _rows(conn.run_prepared(self.name, self.sql, self.values(params)))
 
+    def run_in(self, conn: _conn.Connection, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """Inside alkstore's transaction on `conn` (`conn.can_run_in`)."""
+        return _rows(conn.run_prepared_in(self.name, self.sql, self.values(params)))
+
 
 def statements(
     queries: Mapping[str, str], names: Sequence[str], namespace: str
