@@ -23,6 +23,8 @@ DEFAULT_VISIBILITY = 30.0
 DEFAULT_MAX_PAYLOAD = 1_048_576
 CONFIG_TTL = 5.0  # seconds a Queue object trusts the stored defaults it read
 EXHAUSTED_EVERY = 1.0  # seconds between claim_many's looks for exhausted jobs to bury
+DUE_LEVELS = 32  # priority levels next_due() probes; past them its answer is capped
+DUE_UNSURE = 1.0  # seconds: next_due()'s cap when the queue holds more priority levels
 _INT32 = 2**31 - 1
 _encode = msgspec.json.Encoder().encode
 
@@ -338,6 +340,21 @@ class Queue:
         jobs.sort(key=lambda job: (-job.priority, job.due_ms, job.id))  # RETURNING is unordered
         self._bury_exhausted()
         return jobs
+
+    def next_due(self) -> float | None:
+        """Seconds until this queue's next job falls due, by the database's clock (0.0: one
+        is due now), or None when no job waits for a time: an idle worker sleeps that long
+        (ADR 0008 addendum 2026-12-01).
+
+        Due: a delayed or retried job at its run time, a leased job when its lease runs
+        out. One probe of the claim index per priority level: a queue holding jobs at more
+        than DUE_LEVELS priorities is probed at its highest ones only, and then the answer
+        is at most DUE_UNSURE seconds."""
+        params = {"queue": self.name, "now": self._rt.now_param(), "levels": DUE_LEVELS}
+        ms, more = self._engine.run("next_due", params)[0]
+        if more:
+            ms = DUE_UNSURE * 1000 if ms is None else min(ms, DUE_UNSURE * 1000)
+        return None if ms is None else max(0.0, ms / 1000)
 
     def _bury_row(self, row: tuple[Any, ...], exc: Exception) -> None:
         """Dead-letter a claimed row that does not decode (it never reaches a handler)."""

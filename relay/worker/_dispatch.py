@@ -20,7 +20,7 @@ import tenacity
 
 import alkstore
 from relay import _handlers
-from relay.worker import _acks, _inflight, _outcomes, _slots
+from relay.worker import _acks, _due, _inflight, _outcomes, _slots
 
 log = logging.getLogger("alkstore.worker")
 
@@ -54,6 +54,7 @@ class Dispatcher:
         ctx, handler, name = self._ctx, self._handler, self._handler.queue
         queue = ctx.store.queue(name)
         listener = ctx.store.listen()
+        timer = _due.DueTimer(queue)
         wait = tenacity.wait_random_exponential(multiplier=0.1, max=10)
         prefetch = max(handler.concurrency, min(ctx.batch, 8 * handler.concurrency))
         waiting = self._waiting
@@ -92,7 +93,7 @@ class Dispatcher:
                 if not jobs and not waiting:
                     if self._once and quiet:
                         return
-                    listener.wait(ctx.poll)
+                    listener.wait(timer.timeout(ctx.poll))  # a due job wakes it too
                 elif not jobs:
                     ctx.slots.wait_free(name, ctx.poll)
         finally:

@@ -72,6 +72,39 @@ RETURNING j.id, j.queue, j.priority, j.claimed_for, j.attempts, j.max_attempts, 
           j.lease_token, j.lease_ms, j.enqueued_at, j.type, j.key, j.position,
           j.headers::text, j.payload::text, j.progress::text, j.started
 
+-- name: next_due
+-- Milliseconds from now until the queue's next job falls due (<= 0: one is due now; NULL:
+-- none waits), for an idle worker's timer (ADR 0008 addendum 2026-12-01). Due: a delayed
+-- or retried job at visible_at, a leased one when its lease runs out and the server has
+-- been up for the lease's length (the claim's rule). Jobs that can never be claimed
+-- (exhausted, or expiring before they become visible) wait for nothing. One probe of the
+-- claim index per priority level, at most %(levels)s of them: `more` says that further
+-- levels were left out.
+WITH RECURSIVE levels (priority, n) AS (
+    (SELECT priority, 1 FROM {ns}.jobs WHERE queue = %(queue)s ORDER BY priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.priority FROM {ns}.jobs AS j
+            WHERE j.queue = %(queue)s AND j.priority < l.priority
+            ORDER BY j.priority DESC LIMIT 1), l.n + 1
+    FROM levels AS l
+    WHERE l.priority IS NOT NULL AND l.n <= %(levels)s
+)
+SELECT min(d.due) - {now}, count(*) > %(levels)s
+FROM levels AS l
+LEFT JOIN LATERAL (
+    SELECT CASE WHEN j.lease_token IS NULL OR {up_for_lease} THEN j.visible_at
+           ELSE (extract(epoch FROM pg_postmaster_start_time()) * 1000)::bigint + j.lease_ms
+           END AS due
+    FROM {ns}.jobs AS j
+    WHERE j.queue = %(queue)s AND j.priority = l.priority AND l.n <= %(levels)s
+      AND j.attempts < j.max_attempts
+      AND (j.expires_at IS NULL OR j.attempts > 0
+           OR j.expires_at > greatest(j.visible_at, {now}))
+    ORDER BY j.visible_at, j.id
+    LIMIT 1
+) AS d ON true
+WHERE l.priority IS NOT NULL
+
 -- name: start_many
 -- Prefetched jobs whose handlers started: their attempt counts now.
 UPDATE {ns}.jobs AS j SET attempts = j.attempts + 1, started = true

@@ -64,6 +64,35 @@ WHERE j.id = r.id
 RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lease_token, lease_ms,
           enqueued_at, type, key, position, headers, payload, progress, started
 
+-- name: next_due
+-- Milliseconds from now until the queue's next job falls due (<= 0: one is due now; NULL:
+-- none waits), for an idle worker's timer (ADR 0008 addendum 2026-12-01). Due: a delayed
+-- or retried job, and a leased one when its lease runs out, at visible_at. Jobs that can
+-- never be claimed (exhausted, or expiring before they become visible) wait for nothing.
+-- One probe of the claim index per priority level, at most :levels of them: `more` says
+-- that further levels were left out.
+WITH RECURSIVE levels (priority, n) AS (
+    SELECT (SELECT priority FROM {ns}__jobs WHERE queue = :queue ORDER BY priority DESC LIMIT 1),
+           1
+    UNION ALL
+    SELECT (SELECT j.priority FROM {ns}__jobs AS j
+            WHERE j.queue = :queue AND j.priority < l.priority
+            ORDER BY j.priority DESC LIMIT 1), l.n + 1
+    FROM levels AS l
+    WHERE l.priority IS NOT NULL AND l.n <= :levels
+)
+SELECT min(CASE WHEN l.n <= :levels THEN (
+           SELECT j.visible_at FROM {ns}__jobs AS j
+           WHERE j.queue = :queue AND j.priority = l.priority
+             AND j.attempts < j.max_attempts
+             AND (j.expires_at IS NULL OR j.attempts > 0
+                  OR j.expires_at > max(j.visible_at, {now}))
+           ORDER BY j.visible_at, j.id
+           LIMIT 1) END) - {now},
+       count(*) > :levels
+FROM levels AS l
+WHERE l.priority IS NOT NULL
+
 -- name: start_many
 -- Prefetched jobs whose handlers started: their attempt counts now.
 UPDATE {ns}__jobs SET attempts = attempts + 1, started = 1
