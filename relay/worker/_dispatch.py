@@ -64,7 +64,7 @@ class Dispatcher:
                 n = ctx.slots.take(name, len(waiting))
                 if n:
                     self._start_waiting([waiting.popleft() for _ in range(n)])
-                if len(waiting) > handler.concurrency:
+                if len(waiting) > handler.concurrency or len(waiting) >= prefetch:
                     ctx.slots.wait_free(name, ctx.poll)  # enough on hand
                     continue
                 quiet = ctx.slots.busy[name] == 0 and not waiting  # nothing can retry

@@ -352,3 +352,22 @@ def test_a_failing_internal_thread_stops_the_worker_with_worker_crashed(
 
     with pytest.raises(relay.WorkerCrashed, match="a bug in the ack path"):
         worker.run()
+
+
+def test_a_prefetch_no_larger_than_the_concurrency_never_claims_zero_jobs(
+    store: alkstore.Store,
+) -> None:
+    """batch <= concurrency makes the prefetch the concurrency: with the prefetch full,
+    the next claim would ask for 0 jobs (InvalidArgument) and stop the worker."""
+    q = store.queue("tight")
+    q.enqueue_many(range(6))
+    worker = relay.Worker(store, poll=POLL, batch=1)
+    done: list[int] = []
+
+    @worker.handler("tight", concurrency=1)
+    def handle(job: alkstore.Job[int]) -> None:
+        time.sleep(0.05)
+        done.append(job.payload)
+
+    drain(worker)
+    assert sorted(done) == list(range(6))
