@@ -236,20 +236,7 @@ class SqliteEngine:
         if self.gate.waiting:
             self.gate.hold(_busy.BUSY_TIMEOUT)
         _busy.execute(conn, "BEGIN IMMEDIATE")
-        try:
-            rows: list[tuple[Any, ...]] = conn.execute(
-                query, params if bind is None else bind(params)
-            ).fetchall()
-            _busy.execute(conn, "COMMIT")
-        except apsw.Error as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise _storage_error(conn, self._namespace, exc) from exc
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        return rows
+        return _run_begun(conn, self._namespace, query, bind, params)
 
     def run_in(self, conn: Any, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         query, bind = self._positional[name]
@@ -364,21 +351,32 @@ class _Reserved:
             raise _storage_error(conn, engine.namespace, exc) from exc
         finally:
             engine.gate.leave()
-        try:
-            rows: list[tuple[Any, ...]] = conn.execute(
-                query, params if bind is None else bind(params)
-            ).fetchall()
-            _busy.execute(conn, "COMMIT")
-        except apsw.Error as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise _storage_error(conn, engine.namespace, exc) from exc
-        return rows
+        return _run_begun(conn, engine.namespace, query, bind, params)
 
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _run_begun(
+    conn: apsw.Connection, namespace: str, query: str, bind: Binder | None, params: dict[str, Any]
+) -> list[tuple[Any, ...]]:
+    """Run one query in the write transaction just begun on `conn`, and commit it."""
+    try:
+        rows: list[tuple[Any, ...]] = conn.execute(
+            query, params if bind is None else bind(params)
+        ).fetchall()
+        _busy.execute(conn, "COMMIT")
+    except apsw.Error as exc:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise _storage_error(conn, namespace, exc) from exc
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return rows
 
 
 def _table_exists(conn: apsw.Connection, table: str) -> bool:
