@@ -327,10 +327,16 @@ class Queue:
             "queue": self.name,
             "now": self._rt.now_param(),
             "lease_ms": lease,
-            "n": n,
-            "start": start,
+            "n": start or n,
+            "go": 1 if start else 0,
         }
+        # Two plain claims when some start and some are prefetched: the started ones are
+        # first in claim order. (One statement that ranks the rows with a window cost
+        # SQLite 5-7 us more per claimed job: the worker's whole margin.)
         rows = self._engine.run("claim", params)
+        if 0 < start < n and len(rows) == start:
+            params.update(n=n - start, go=0)
+            rows += self._engine.run("claim", params)
         jobs: list[_jobs.Job[Any]] = []
         for row in rows:
             try:  # Job(...), not Job[Any](...): a subscripted generic costs a setattr per job

@@ -23,7 +23,7 @@ def test_claim_uses_the_claim_index_without_sorting(
     store: alkstore.Store, backend: Backend
 ) -> None:
     _fill(store, 5000)
-    params: dict[str, Any] = {"queue": "deep", "now": 2**50, "lease_ms": 1000, "n": 10, "start": 10}
+    params: dict[str, Any] = {"queue": "deep", "now": 2**50, "lease_ms": 1000, "n": 10, "go": 1}
     if backend.name == "sqlite":
         sql = _sql.queries("alkstore.sqlite", backend.namespace)["claim"]
         conn = apsw.Connection(backend.url.removeprefix("sqlite:///"))

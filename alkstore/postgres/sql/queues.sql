@@ -39,11 +39,12 @@ ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
 
 -- name: claim
--- Lease up to n jobs; the first `start` of them (in claim order) start now and count an
--- attempt, the rest are prefetched (started = false) and count when the worker starts
--- them (start_many). A lapsed lease that had started records "lease expired".
+-- Lease up to n jobs. `go`: they start now and count an attempt, or they are prefetched
+-- (started = false) and count when the worker starts them (start_many); a claim that
+-- mixes both is two of these (Queue.claim_many). A lapsed lease that had started records
+-- "lease expired".
 WITH next AS (
-    SELECT id, priority, visible_at FROM {ns}.jobs
+    SELECT id FROM {ns}.jobs
     WHERE queue = %(queue)s
       AND visible_at <= {now}
       AND attempts < max_attempts
@@ -52,13 +53,10 @@ WITH next AS (
     ORDER BY priority DESC, visible_at, id
     LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
-), ranked AS (
-    SELECT id, row_number() OVER (ORDER BY priority DESC, visible_at, id) <= %(start)s AS go
-    FROM next
 )
 UPDATE {ns}.jobs AS j SET
-    attempts = j.attempts + ranked.go::int,
-    started = ranked.go,
+    attempts = j.attempts + %(go)s::int,
+    started = %(go)s::int::boolean,
     claimed_for = j.visible_at,
     visible_at = {now} + %(lease_ms)s,
     lease_ms = %(lease_ms)s,
@@ -67,7 +65,7 @@ UPDATE {ns}.jobs AS j SET
               ELSE j.history || jsonb_build_array(jsonb_build_object(
                   'attempt', j.attempts, 'error', 'lease expired', 'at', j.visible_at))
               END
-FROM ranked WHERE j.id = ranked.id
+FROM next WHERE j.id = next.id
 RETURNING j.id, j.queue, j.priority, j.claimed_for, j.attempts, j.max_attempts, j.backoff::text,
           j.lease_token, j.lease_ms, j.enqueued_at, j.type, j.key, j.position,
           j.headers::text, j.payload::text, j.progress::text, j.started

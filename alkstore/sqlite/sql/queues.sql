@@ -35,32 +35,30 @@ ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
 
 -- name: claim
--- Lease up to n jobs; the first `start` of them (in claim order) start now and count an
--- attempt, the rest are prefetched (started = 0) and count when the worker starts them
--- (start_many). A lapsed lease that had started records "lease expired".
-UPDATE {ns}__jobs AS j SET
-    attempts = j.attempts + r.go,
-    started = r.go,
-    claimed_for = j.visible_at,
+-- Lease up to n jobs. `go` (0 or 1): they start now and count an attempt, or they are
+-- prefetched (started = 0) and count when the worker starts them (start_many); a claim
+-- that mixes both is two of these (Queue.claim_many). A lapsed lease that had started
+-- records "lease expired".
+UPDATE {ns}__jobs SET
+    attempts = attempts + :go,
+    started = :go,
+    claimed_for = visible_at,
     visible_at = {now} + :lease_ms,
     lease_ms = :lease_ms,
     lease_token = (abs(random()) % 9007199254740991) + 1,
-    history = CASE WHEN j.lease_token IS NULL OR NOT j.started THEN j.history
-              ELSE json_insert(j.history, '$[#]', json_object(
-                  'attempt', j.attempts, 'error', 'lease expired', 'at', j.visible_at))
+    history = CASE WHEN lease_token IS NULL OR NOT started THEN history
+              ELSE json_insert(history, '$[#]', json_object(
+                  'attempt', attempts, 'error', 'lease expired', 'at', visible_at))
               END
-FROM (
-    SELECT id, row_number() OVER (ORDER BY priority DESC, visible_at, id) <= :start AS go
-    FROM (
-        SELECT id, priority, visible_at FROM {ns}__jobs
-        WHERE queue = :queue
-          AND +visible_at <= {now}  -- "+": a filter; the index serves queue and the order
-          AND attempts < max_attempts
-          AND (expires_at IS NULL OR attempts > 0 OR expires_at > {now})
-        ORDER BY priority DESC, visible_at, id
-        LIMIT :n)
-) AS r
-WHERE j.id = r.id
+WHERE id IN (
+    SELECT id FROM {ns}__jobs
+    WHERE queue = :queue
+      AND +visible_at <= {now}  -- "+": a filter; the index serves queue and the order
+      AND attempts < max_attempts
+      AND (expires_at IS NULL OR attempts > 0 OR expires_at > {now})
+    ORDER BY priority DESC, visible_at, id
+    LIMIT :n
+)
 RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lease_token, lease_ms,
           enqueued_at, type, key, position, headers, payload, progress, started
 
