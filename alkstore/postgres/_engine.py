@@ -25,6 +25,10 @@ from alkstore.postgres import _conn, _notify, _pool, _prepared
 
 _PACKAGE = "alkstore.postgres"
 SEQUENCE_BATCH = 5_000
+BULK_MIN = 4  # jobs from which insert_jobs (COPY) beats one INSERT per job (docs/adr/0013)
+# Planned on every run, never prepared: a generic plan made while the jobs table was
+# small scans it whole once it is not (bulk_start's key lookup took 11 ms, not 0.3).
+CUSTOM = frozenset({"bulk_start"})
 PREPARED = ("enqueue", "enqueue_dedupe")  # hot one-statement queries run on libpq (_prepared)
 LISTEN_POLL = 0.25  # seconds: how often the listener thread checks for close()
 CLOSE_WAIT = 2.0  # seconds close() waits for the notifier's last NOTIFY and the listener
@@ -71,6 +75,7 @@ class PostgresEngine:
         self._append_name = f"_alkstore_append_{namespace}".encode()
         self._append_sql = self._q["append_event"].encode()
         self._prepared = _prepared.statements(self._q, PREPARED, namespace)
+        self.bulk_min = BULK_MIN
         # at least 2: the sweep holds one connection while using another
         self._pool = _pool.Pool(self._conninfo, max(2, pool_size), _configure)
         self._wake = _wake.Wake()
@@ -234,12 +239,13 @@ class PostgresEngine:
                 return statement.run_in(conn, params)
             except psycopg.Error as exc:
                 raise _translated(exc) from exc
+        prepare = False if name in CUSTOM else None
         with translate():
             if conn.pgconn.pipeline_status:  # the application's pipeline: a nested block's
                 with conn.pipeline():  # exit syncs, so the reply is there to read
-                    cursor = conn.execute(self._q[name], params)
+                    cursor = conn.execute(self._q[name], params, prepare=prepare)
             else:
-                cursor = conn.execute(self._q[name], params)
+                cursor = conn.execute(self._q[name], params, prepare=prepare)
             return cursor.fetchall() if cursor.description else []
 
     def run_many_in(
@@ -255,6 +261,24 @@ class PostgresEngine:
             while cursor.nextset():
                 results.append(cursor.fetchall() if cursor.description else [])
             return results
+
+    def insert_jobs(self, conn: Any, rows: Sequence[_engine.JobRow]) -> list[int]:
+        """COPY the rows into the jobs table with ids taken from its sequence first (COPY
+        returns nothing). A dedupe key a live job holds: KeyTaken (the caller rolls back)."""
+        try:
+            ids = conn.execute(self._q["bulk_ids"], {"n": len(rows)}).fetchone()[0]
+            ids = ids[1:-1].split(",")  # '{1,2,3}', increasing
+            with conn.cursor().copy(self._q["bulk_insert"]) as copy:
+                write = copy.write_row
+                for job_id, row in zip(ids, rows, strict=True):
+                    write((job_id, *row))
+        except psycopg.errors.UniqueViolation as exc:
+            if exc.diag.constraint_name == "jobs_dedupe":
+                raise _engine.KeyTaken() from exc
+            raise _translated(exc) from exc
+        except psycopg.Error as exc:
+            raise _translated(exc) from exc
+        return [int(job_id) for job_id in ids]
 
     def now_ms(self) -> int:
         with self.connection() as conn, translate():

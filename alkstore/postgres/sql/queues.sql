@@ -278,3 +278,25 @@ SELECT
     (SELECT count(*) FROM {ns}.dead_letters WHERE queue = %(queue)s),
     {now} - min(visible_at) FILTER (WHERE ready)
 FROM j
+
+-- name: bulk_start
+-- A bulk enqueue's first statement (docs/adr/0013): the time of the batch, the queue's
+-- default max_attempts, and those of the given dedupe keys (a JSON array) that live
+-- jobs hold (the keys are given only when a COPY found one taken). Never prepared
+-- (CUSTOM in _engine.py): a generic plan may scan the whole jobs table.
+SELECT {now},
+       coalesce((SELECT max_attempts FROM {ns}.queues WHERE name = %(queue)s), 5),
+       (SELECT coalesce(jsonb_agg(dedupe_key), '[]')::text FROM {ns}.jobs
+        WHERE queue = %(queue)s
+          AND dedupe_key IN (SELECT jsonb_array_elements_text(%(keys)s::jsonb)))
+
+-- name: bulk_ids
+-- Ids for the rows of a bulk COPY (COPY returns nothing), increasing: enqueue order.
+SELECT array_agg(id ORDER BY id)::text
+FROM (SELECT nextval('{ns}.jobs_id_seq') AS id FROM generate_series(1, %(n)s)) AS s
+
+-- name: bulk_insert
+-- The rows of a bulk enqueue, absolute times (bulk_start's). A dedupe key a live job
+-- holds fails it on jobs_dedupe: the batch is rolled back and runs again (_bulk.py).
+COPY {ns}.jobs (id, queue, enqueued_at, priority, visible_at, expires_at, max_attempts,
+                backoff, dedupe_key, type, headers, payload) FROM STDIN
