@@ -263,22 +263,29 @@ class PostgresEngine:
             return results
 
     def insert_jobs(self, conn: Any, rows: Sequence[_engine.JobRow]) -> list[int]:
-        """COPY the rows into the jobs table with ids taken from its sequence first (COPY
-        returns nothing). A dedupe key a live job holds: KeyTaken (the caller rolls back)."""
+        """COPY the rows into the jobs table; their ids are the identity default's, in
+        input order. COPY returns none: when no other session took an id meanwhile they
+        are the range between the sequence's value before and after, else they are read
+        back through the primary key. A dedupe key a live job holds: KeyTaken (the
+        caller rolls back)."""
+        q = self._q
         try:
-            ids = conn.execute(self._q["bulk_ids"], {"n": len(rows)}).fetchone()[0]
-            ids = ids[1:-1].split(",")  # '{1,2,3}', increasing
-            with conn.cursor().copy(self._q["bulk_insert"]) as copy:
+            first = conn.execute(q["bulk_id_before"], prepare=False).fetchone()[0]
+            with conn.cursor().copy(q["bulk_insert"]) as copy:
                 write = copy.write_row
-                for job_id, row in zip(ids, rows, strict=True):
-                    write((job_id, *row))
+                for row in rows:
+                    write(row)
+            last = conn.execute(q["bulk_id_after"], prepare=False).fetchone()[0]
+            if last - first == len(rows):
+                return list(range(first + 1, last + 1))
+            span = {"first": first, "last": last}
+            return [row[0] for row in conn.execute(q["bulk_ids"], span, prepare=False)]
         except psycopg.errors.UniqueViolation as exc:
             if exc.diag.constraint_name == "jobs_dedupe":
                 raise _engine.KeyTaken() from exc
             raise _translated(exc) from exc
         except psycopg.Error as exc:
             raise _translated(exc) from exc
-        return [int(job_id) for job_id in ids]
 
     def now_ms(self) -> int:
         with self.connection() as conn, translate():

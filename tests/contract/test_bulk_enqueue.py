@@ -271,3 +271,28 @@ def test_postgres_copies_batches_from_bulk_min(
         )
         assert len(copies) == 2
         assert len(ids) == store.engine.bulk_min
+
+
+def test_postgres_ids_when_other_sessions_take_ids_meanwhile(
+    pg_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """COPY returns no ids: with another enqueue between the sequence reads around it, the
+    ids are read back, not assumed to be a range."""
+    with pg_backend.migrated() as store, pg_backend.migrated() as other:
+        original = _conn.Cursor.copy
+        interleaved: list[int] = []
+
+        def copy_beside_another_enqueue(self: Any, statement: Any, *a: Any, **k: Any) -> Any:
+            interleaved.append(other.queue("other").enqueue("meanwhile"))
+            return original(self, statement, *a, **k)
+
+        monkeypatch.setattr(_conn.Cursor, "copy", copy_beside_another_enqueue)
+        q = store.queue("bulk")
+        ids = ints(q.enqueue_many(range(100)))
+        monkeypatch.undo()
+        assert (len(interleaved) == 1 and ids[0] < interleaved[0] < ids[-1]) or (
+            interleaved[0] < ids[0]
+        )
+        assert [(j.id, j.payload) for j in q.claim_many(200)] == list(
+            zip(ids, range(100), strict=True)
+        )

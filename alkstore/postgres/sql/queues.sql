@@ -290,13 +290,24 @@ SELECT {now},
         WHERE queue = %(queue)s
           AND dedupe_key IN (SELECT jsonb_array_elements_text(%(keys)s::jsonb)))
 
+-- name: bulk_id_before
+-- The sequence before a bulk COPY: the COPY's rows take ids above it, in input order.
+SELECT nextval('{ns}.jobs_id_seq')
+
+-- name: bulk_id_after
+SELECT currval('{ns}.jobs_id_seq')
+
 -- name: bulk_ids
--- Ids for the rows of a bulk COPY (COPY returns nothing), increasing: enqueue order.
-SELECT array_agg(id ORDER BY id)::text
-FROM (SELECT nextval('{ns}.jobs_id_seq') AS id FROM generate_series(1, %(n)s)) AS s
+-- The ids a bulk COPY took when other sessions took ids from the sequence meanwhile (the
+-- range between bulk_id_before and bulk_id_after has gaps): the rows this transaction
+-- wrote in that range, found through the primary key.
+SELECT id FROM {ns}.jobs
+WHERE id > %(first)s AND id <= %(last)s AND xmin = pg_current_xact_id()::xid
+ORDER BY id
 
 -- name: bulk_insert
--- The rows of a bulk enqueue, absolute times (bulk_start's). A dedupe key a live job
--- holds fails it on jobs_dedupe: the batch is rolled back and runs again (_bulk.py).
-COPY {ns}.jobs (id, queue, enqueued_at, priority, visible_at, expires_at, max_attempts,
+-- The rows of a bulk enqueue, absolute times (bulk_start's); ids from the identity
+-- default. A dedupe key a live job holds fails it on jobs_dedupe: the batch is rolled
+-- back and runs again (_bulk.py).
+COPY {ns}.jobs (queue, enqueued_at, priority, visible_at, expires_at, max_attempts,
                 backoff, dedupe_key, type, headers, payload) FROM STDIN
