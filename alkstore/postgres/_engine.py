@@ -25,7 +25,7 @@ from alkstore.postgres import _conn, _notify, _pool, _prepared
 
 _PACKAGE = "alkstore.postgres"
 SEQUENCE_BATCH = 5_000
-BULK_MIN = 4  # jobs from which insert_jobs (COPY) beats one INSERT per job (docs/adr/0013)
+BULK_MIN = 32  # jobs from which insert_jobs (COPY) beats one INSERT per job (docs/adr/0013)
 # Planned on every run, never prepared: a generic plan made while the jobs table was
 # small scans it whole once it is not (bulk_start's key lookup took 11 ms, not 0.3).
 CUSTOM = frozenset({"bulk_start"})

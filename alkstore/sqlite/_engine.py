@@ -27,7 +27,7 @@ from alkstore.sqlite import _busy, _watch
 _PACKAGE = "alkstore.sqlite"
 SWEEP_LOCK_TTL_MS = 60_000  # a crashed sweeper's lock row expires after this
 _UNIQUE = apsw.mapping_extended_result_codes["SQLITE_CONSTRAINT_UNIQUE"]
-BULK_MIN = 2  # jobs from which insert_jobs beats one INSERT per job (docs/adr/0013)
+BULK_MIN = 8  # jobs from which insert_jobs beats one INSERT per job (docs/adr/0013)
 
 # a string literal or a comment (both kept as they are), or a `:name` parameter
 _NAMED = re.compile(r"'(?:[^']|'')*'|--[^\n]*|(?<![:\w]):([A-Za-z_]\w*)")
