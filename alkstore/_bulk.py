@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 from itertools import compress
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import msgspec
 
@@ -67,7 +67,13 @@ class Batch:
         self.base = options(**shared)
         values = list(items)
         self.options: list[Options] | None = None
-        if any(issubclass(kind, JobSpec) for kind in set(map(type, values))):
+        kinds = set(map(type, values))
+        if kinds == {JobSpec}:  # the common per-job case: no isinstance per item
+            base = self.base
+            specs = cast(list[JobSpec], values)
+            self.options = [_spec_options(item, base) for item in specs]
+            values = [item.payload for item in specs]
+        elif any(issubclass(kind, JobSpec) for kind in kinds):
             base = self.base
             self.options = [
                 _spec_options(item, base) if isinstance(item, JobSpec) else base for item in values
@@ -284,6 +290,7 @@ def _bulk(
     the insert fails with KeyTaken, and the batch runs again and looks them up first."""
     keys = batch.keys()
     distinct = list(dict.fromkeys(key for key in keys if key is not None))
+    clash = len(distinct) < len(keys) - keys.count(None)  # a key twice in the batch
     looked_up = _encode_json(distinct).decode()
     params = {"queue": queue, "now": now, "keys": "[]"}
     for run in range(RACES):
@@ -291,7 +298,7 @@ def _bulk(
             with engine.transaction() as conn:
                 start, default, live = engine.run_in(conn, "bulk_start", params)[0]
                 taken = set(_decode_keys(live))
-                keep = _fresh(queue, keys, taken, on_duplicate) if distinct else None
+                keep = _fresh(queue, keys, taken, on_duplicate) if clash or taken else None
                 rows = batch.rows(queue, start, default, keep)
                 inserted = engine.insert_jobs(conn, rows) if rows else []
             break
