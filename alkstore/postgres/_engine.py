@@ -25,6 +25,7 @@ from alkstore.postgres import _conn, _notify, _pool, _prepared
 
 _PACKAGE = "alkstore.postgres"
 SEQUENCE_BATCH = 5_000
+COPY_EVENTS_MIN = 32  # events from which append_many COPYs (docs/adr/0013)
 BULK_MIN = 32  # jobs from which insert_jobs (COPY) beats one INSERT per job (docs/adr/0013)
 # Planned on every run, never prepared: a generic plan made while the jobs table was
 # small scans it whole once it is not (bulk_start's key lookup took 11 ms, not 0.3).
@@ -76,6 +77,7 @@ class PostgresEngine:
         self._append_sql = self._q["append_event"].encode()
         self._prepared = _prepared.statements(self._q, PREPARED, namespace)
         self.bulk_min = BULK_MIN
+        self.copy_min = COPY_EVENTS_MIN
         # at least 2: the sweep holds one connection while using another
         self._pool = _pool.Pool(self._conninfo, max(2, pool_size), _configure)
         self._wake = _wake.Wake()
@@ -170,8 +172,15 @@ class PostgresEngine:
     # -- the log ---------------------------------------------------------------------
 
     def insert_events(self, conn: Any, rows: Sequence[_engine.EventRow]) -> None:
-        """Inside `transaction()`: sent now, the reply read with COMMIT's (see _conn)."""
-        if conn.can_pipeline:
+        """Inside `transaction()`: sent now, the reply read with COMMIT's (see _conn); from
+        `copy_min` events on, one COPY (docs/adr/0013), which reads the replies in flight
+        first and raises its own error here."""
+        if len(rows) >= self.copy_min and conn.can_pipeline:
+            with translate(), conn.cursor().copy(self._q["copy_events"]) as copy:
+                write = copy.write_row
+                for row in rows:
+                    write(row)
+        elif conn.can_pipeline:
             conn.append(self._append_name, self._append_sql, rows)
         else:  # an old libpq, or inside the application's own psycopg pipeline
             insert(conn, self._q["insert_event"], rows)

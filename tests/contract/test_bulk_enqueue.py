@@ -294,3 +294,45 @@ def test_postgres_ids_when_other_sessions_take_ids_meanwhile(
         assert [(j.id, j.payload) for j in q.claim_many(200)] == list(
             zip(ids, range(100), strict=True)
         )
+
+
+def test_append_many_keeps_order_and_rolls_back(backend: Backend) -> None:
+    """Many events (PostgreSQL: one COPY from `copy_min`) keep their order among single
+    appends, and a rolled back transaction takes all of them."""
+    with backend.migrated() as store:
+        many = [OrderPlaced(order_id=n) for n in range(1, 301)]
+        with pytest.raises(RuntimeError), store.transaction() as tx:
+            tx.append_many(many)
+            raise RuntimeError
+        with store.transaction() as tx:
+            tx.append(OrderPlaced(order_id=0))
+            tx.append_many(many, key="k", headers={"h": "v"})
+            tx.append(OrderPlaced(order_id=301))
+        entries = store.log.read(limit=1000)
+        assert [e.payload.order_id for e in entries] == list(range(302))  # type: ignore[attr-defined]
+        assert {(e.key, tuple(e.headers.items())) for e in entries[1:-1]} == {("k", (("h", "v"),))}
+        with pytest.raises(alkstore.EventError), store.transaction() as tx:
+            tx.append_many([*many, object()])  # type: ignore[list-item]
+        assert store.log.head() == entries[-1].position
+
+
+def test_postgres_append_many_copies_from_copy_min(
+    pg_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copies: list[str] = []
+    original = _conn.Cursor.copy
+
+    def spy(self: Any, statement: Any, *args: Any, **kwargs: Any) -> Any:
+        copies.append(str(statement))
+        return original(self, statement, *args, **kwargs)
+
+    monkeypatch.setattr(_conn.Cursor, "copy", spy)
+    with pg_backend.migrated() as store:
+        copy_min = store.engine.copy_min  # type: ignore[attr-defined]
+        with store.transaction() as tx:
+            tx.append_many([OrderPlaced(order_id=n) for n in range(copy_min - 1)])
+        assert copies == []
+        with store.transaction() as tx:
+            tx.append_many([OrderPlaced(order_id=n) for n in range(copy_min)])
+        assert len(copies) == 1 and f"COPY {pg_backend.namespace}.events" in copies[0]
+        assert len(store.log.read(limit=1000)) == 2 * copy_min - 1
