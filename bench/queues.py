@@ -25,7 +25,8 @@ On each engine, in one run:
    of those rows. Medians of `--reps` (at least 3) rounds; in each the four runs alternate
    (ours, raw, raw, ours, ...) and start from an empty jobs table. Targets: both ratios >=
    0.8; the JobSpec batch's jobs/s beside the plain batch's is printed with the raw's own
-   ratio (dedupe keys cost the database an index entry per row).
+   ratio (dedupe keys cost the database an index entry per row). Last, `tx.append_many` of
+   50,000 events against the raw bulk insert of the same event rows (target >= 0.8).
 3. drain: 20,000 no-op jobs (filled with SQL) claimed with `claim_many(n)` and acked with
    `ack_many(jobs)`, n = 1, 10, 100, in one process; beside the raw drain (the engine's own
    `claim` and `ack_many` statements from sql/queues.sql run directly with the driver).
@@ -74,6 +75,7 @@ from bench._common import (
     interleave,
     make_backend,
     now_ms,
+    order_event,
     progress,
 )
 
@@ -203,6 +205,27 @@ class RawSql:
             conn.transaction(),
             conn.cursor().copy(f"COPY {table} ({BULK_COLUMNS}) FROM STDIN") as copy,
         ):
+            for row in rows:
+                copy.write_row(row)
+
+    def bulk_events(self, table: str, rows: list[tuple[Any, ...]]) -> None:
+        """Event rows (type, key, headers, payload) in one transaction, as `bulk` does."""
+        conn = self.conn
+        if self.sqlite:
+            query = (
+                f"INSERT INTO {table} (type, key, headers, payload, appended_at) "
+                "VALUES (?1, ?2, ?3, ?4, CAST(unixepoch('subsec') * 1000 AS INTEGER))"
+            )
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(query, rows)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return
+        statement = f"COPY {table} (type, key, headers, payload) FROM STDIN"
+        with conn.transaction(), conn.cursor().copy(statement) as copy:
             for row in rows:
                 copy.write_row(row)
 
@@ -461,6 +484,7 @@ class QueueBench:
                     f"{raw_name} {rate('raw_specs')}"
                 ),
             ),
+            self.append_bulk(raw_name),
             Metric(
                 self.engine,
                 f"enqueue_many({n:,}): JobSpec batch / plain batch",
@@ -469,6 +493,50 @@ class QueueBench:
                 detail=f"the raw insert's own ratio {median(ratios('raw_specs', 'raw')):.2f}",
             ),
         ]
+
+    def append_bulk(self, raw_name: str) -> Metric:
+        """`tx.append_many(n events)` against the raw bulk insert of the same event rows."""
+        n = self.settings.bulk
+        events = [order_event(i) for i in range(n)]
+        rows = [(e.__struct_config__.tag, None, None, _encode(e).decode()) for e in events]
+        samples: dict[str, list[float]] = {"ours": [], "raw": []}
+        with self.store("bq_bulk_log") as store:
+            table = self.backend.table(store.namespace, "events")
+            raw = RawSql(self.backend, store.namespace)
+
+            def ours() -> None:
+                with store.transaction() as tx:
+                    tx.append_many(events)
+
+            def theirs() -> None:
+                raw.bulk_events(table, rows)
+
+            def timed(name: str, run: Callable[[], None]) -> None:
+                with store.transaction() as tx:
+                    tx.connection.execute(f"DELETE FROM {table}")
+                start = time.perf_counter()
+                run()
+                samples[name].append(n / (time.perf_counter() - start))
+
+            try:
+                timed("ours", ours)
+                timed("raw", theirs)
+                samples = {"ours": [], "raw": []}
+                for rnd in range(max(3, self.settings.reps)):
+                    order = [("ours", ours), ("raw", theirs)]
+                    for name, run in order if rnd % 2 == 0 else order[::-1]:
+                        timed(name, run)
+            finally:
+                raw.close()
+        ours_rate, raw_rate = median(samples["ours"]), median(samples["raw"])
+        return Metric(
+            self.engine,
+            f"tx.append_many({n:,}) / {raw_name} of the same event rows",
+            "x",
+            [x / y for x, y in zip(samples["ours"], samples["raw"], strict=True)],
+            BULK_TARGET,
+            detail=f"append_many {ours_rate:,.0f} events/s, {raw_name} {raw_rate:,.0f}",
+        )
 
     # 3. drain ----------------------------------------------------------------------------
 
