@@ -2,6 +2,7 @@
 
 from alkstore._append import append, append_many
 from alkstore._backoff import Backoff, Exponential, Fixed, Linear
+from alkstore._bulk import JobSpec
 from alkstore._engine import Engine, LogEntry
 from alkstore._errors import (
     AlkstoreError,
@@ -49,6 +50,7 @@ __all__ = [
     "InvalidPayload",
     "InvalidURL",
     "Job",
+    "JobSpec",
     "Lag",
     "Lease",
     "LeaseLost",

@@ -8,7 +8,7 @@ and relay) is written once.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from functools import cached_property
@@ -21,6 +21,19 @@ EventRow = tuple[str, str | None, str | None, str]
 
 A plain tuple, not a NamedTuple: built and bound on the append hot path, where a
 NamedTuple cost apsw about 0.5 µs more per row (a sixth of our layer's cost)."""
+
+
+JobRow = tuple[
+    str, int, int, int, int | None, int, str | None, str | None, str | None, str | None, str
+]
+"""A job ready to insert by the bulk path (docs/adr/0013): (queue, enqueued_at, priority,
+visible_at, expires_at, max_attempts, backoff JSON, dedupe_key, type, headers JSON,
+payload JSON); times in absolute epoch ms of the database's clock."""
+
+
+class KeyTaken(_errors.StorageError):
+    """A dedupe key of a bulk insert was taken by a transaction that committed after the
+    batch looked (PostgreSQL); the bulk path runs the batch again."""
 
 
 class LogEntry:
@@ -126,6 +139,16 @@ class Engine(Protocol):
         """Run a named query once per params inside the transaction on `conn`; rows of each."""
         ...
 
+    @property
+    def bulk_min(self) -> int:
+        """The smallest batch `insert_jobs` is faster for (smaller: one statement a job)."""
+        ...
+
+    def insert_jobs(self, conn: Any, rows: Sequence[JobRow]) -> list[int]:
+        """Insert jobs inside the transaction on `conn`, with ids in the order of `rows`;
+        their dedupe keys were free when `bulk_start` looked (KeyTaken if one is not now)."""
+        ...
+
     def sweep_lock(self, now_ms: int | None) -> AbstractContextManager[bool]:
         """Hold the namespace's sweep lock for the block; yields False if another holds it."""
         ...
@@ -145,16 +168,36 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
+BATCH_ENCODE_MIN = 32  # events from which one encode_lines call beats one encode each
+
+
 def batched_rows(
     events: Sequence[_events.Event], key: str | None, headers: dict[str, str] | None
-) -> Iterator[EventRow]:
-    """Encode events with the process codec (errors surface before any SQL runs)."""
+) -> Iterable[EventRow]:
+    """Encode events with the process codec (errors surface before any SQL runs). Many
+    are encoded in one call (docs/adr/0013); a failure there is retried one by one, for
+    the error of the event that fails."""
     codec = _events.codec
     raw_headers = codec.encode_headers(headers)
     encoded_headers = raw_headers.decode() if raw_headers is not None else None
-    for event in events:
-        name, payload = codec.encode(event)
-        yield (name, key, encoded_headers, payload.decode())
+    kinds = set(map(type, events))
+    if len(events) >= BATCH_ENCODE_MIN and all(issubclass(k, _events.Event) for k in kinds):
+        names = {kind: codec.name_of(kind) for kind in kinds}
+        try:
+            blob = codec.encode_lines(events)
+        except _errors.EventError:
+            pass
+        else:
+            texts = blob.decode().split("\n")
+            texts.pop()  # every line ends with a newline; JSON text never holds one
+            return [
+                (names[type(event)], key, encoded_headers, text)
+                for event, text in zip(events, texts, strict=True)
+            ]
+    return [
+        (name, key, encoded_headers, payload.decode())
+        for name, payload in map(codec.encode, events)
+    ]
 
 
 def check_key(key: object) -> str | None:

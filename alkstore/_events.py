@@ -7,6 +7,7 @@ the JSON payload (see docs/adr/0003-event-encoding.md).
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any, ClassVar, dataclass_transform
 
 import msgspec
@@ -86,6 +87,21 @@ class Codec:
             return self._encoder.encode(value)
         except (TypeError, ValueError, OverflowError) as exc:
             raise _errors.EventError(f"cannot encode value: {exc}") from exc
+
+    def encode_lines(self, values: Sequence[object]) -> bytes:
+        """Values (events or plain) as newline-delimited JSON: each line is what `encode`
+        or `encode_value` makes of it (the bulk enqueue, docs/adr/0013)."""
+        try:
+            return self._encoder.encode_lines(values)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise _errors.EventError(f"cannot encode value: {exc}") from exc
+
+    def name_of(self, cls: type[Event]) -> str:
+        """The stored type name of an Event class (cached)."""
+        name = self._names.get(cls)
+        if name is None:
+            name = self._names[cls] = type_name(cls)
+        return name
 
     def encode_headers(self, headers: dict[str, str] | None) -> bytes | None:
         if not headers:

@@ -6,7 +6,6 @@ atomically; times come from the store's clock in epoch milliseconds.
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -16,7 +15,7 @@ from typing import Any, Literal, overload
 
 import msgspec
 
-from alkstore import _backoff, _config, _engine, _errors, _events, _jobs
+from alkstore import _backoff, _bulk, _checks, _config, _engine, _errors, _events, _jobs
 
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_VISIBILITY = 30.0
@@ -25,7 +24,7 @@ CONFIG_TTL = 5.0  # seconds a Queue object trusts the stored defaults it read
 EXHAUSTED_EVERY = 1.0  # seconds between claim_many's looks for exhausted jobs to bury
 DUE_LEVELS = 32  # priority levels next_due() probes; past them its answer is capped
 DUE_UNSURE = 1.0  # seconds: next_due()'s cap when the queue holds more priority levels
-_INT32 = 2**31 - 1
+_INT32 = _checks.INT32
 _encode = msgspec.json.Encoder().encode
 
 
@@ -60,49 +59,13 @@ class QueueConfig(msgspec.Struct, frozen=True, kw_only=True):
     dead_retention: float | None = None
 
 
-def seconds(name: str, value: object, *, positive: bool = False) -> float:
-    """Check a duration in seconds: a finite number, >= 0 (or > 0)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise _errors.InvalidArgument(f"{name} must be a finite number of seconds, got {value!r}")
-    if value < 0 or (positive and value == 0):
-        raise _errors.InvalidArgument(
-            f"{name} must be {'> 0' if positive else '>= 0'}, got {value!r}"
-        )
-    return float(value)
-
-
-def lease_ms(name: str, value: object) -> int:
-    """A lease length in seconds -> whole milliseconds, at least 1 (never a 0 ms lease)."""
-    ms = round(seconds(name, value, positive=True) * 1000)
-    if ms < 1:
-        raise _errors.InvalidArgument(f"{name} must be at least 0.001 seconds, got {value!r}")
-    return ms
-
-
-def _whole(name: str, value: object, low: int, high: int = _INT32) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise _errors.InvalidArgument(f"{name} must be an int in [{low}, {high}], got {value!r}")
-    return value
-
-
-def _instant_ms(name: str, value: datetime | float) -> int:
-    """An aware datetime, or epoch seconds, as epoch ms."""
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise _errors.InvalidArgument(f"{name} must be timezone-aware, got {value!r}")
-        return int(value.timestamp() * 1000)
-    return int(seconds(name, value) * 1000)
-
-
-def encode_payload(payload: object, limit: int) -> tuple[str | None, str]:
-    """(event type or None, JSON text) for a job payload; typed errors, nothing written."""
-    if isinstance(payload, _events.Event):
-        type_name, raw = _events.codec.encode(payload)
-    else:
-        type_name, raw = None, _events.codec.encode_value(payload)
-    if len(raw) > limit:
-        raise _errors.PayloadTooLarge(len(raw), limit)
-    return type_name, raw.decode()
+# The checks live in _checks (shared with the bulk path, _bulk); these names stay for
+# the modules that use them through _queue.
+seconds = _checks.seconds
+lease_ms = _checks.lease_ms
+encode_payload = _checks.encode_payload
+_whole = _checks.whole
+_instant_ms = _checks.instant_ms
 
 
 def plain_params(runtime: Runtime, queue: str, payload: object) -> dict[str, Any]:
@@ -147,8 +110,7 @@ def enqueue_params(
     _config.check_name("queue", queue)
     if delay is not None and run_at is not None:
         raise _errors.InvalidArgument("pass delay or run_at, not both")
-    if dedupe_key is not None and (not isinstance(dedupe_key, str) or not dedupe_key):
-        raise _errors.InvalidArgument(f"dedupe_key must be a non-empty str, got {dedupe_key!r}")
+    _checks.dedupe_key(dedupe_key)
     params = plain_params(runtime, queue, payload)
     if delay is not None:
         params["delay_ms"] = int(seconds("delay", delay) * 1000)
@@ -170,7 +132,7 @@ def enqueue_params(
     return params
 
 
-OnDuplicate = Literal["raise", "ignore"]
+OnDuplicate = _bulk.OnDuplicate
 
 
 def enqueue_query(params: dict[str, Any]) -> str:
@@ -286,20 +248,28 @@ class Queue:
         return job_id
 
     def enqueue_many(
-        self, payloads: Iterable[object], *, on_duplicate: OnDuplicate = "raise", **options: Any
+        self,
+        items: Iterable[object],
+        *,
+        on_duplicate: OnDuplicate = "raise",
+        **options: Any,
     ) -> list[int | None]:
-        """Enqueue several jobs in one transaction, all with the same options."""
-        batch = [enqueue_params(self._rt, self.name, p, **options) for p in payloads]
-        if not batch:
-            return []
-        with self._engine.transaction() as conn:  # options are shared: one query for all
-            results = self._engine.run_many_in(conn, enqueue_query(batch[0]), batch)
-            ids = [
-                check_duplicate(rows, params, on_duplicate)
-                for rows, params in zip(results, batch, strict=True)
-            ]
-        self._engine.committed()
-        return ids
+        """Enqueue several jobs in one transaction; their ids in input order (None: an
+        ignored duplicate). On PostgreSQL a batch goes through COPY (docs/adr/0013).
+
+        Options (as `enqueue`) apply to every job; an item may be an
+        `alkstore.JobSpec(payload, delay=..., priority=..., dedupe_key=...,
+        max_attempts=...)` whose own options win. Dedupe keys are decided in input
+        order: a later job with the key of an earlier one is a duplicate."""
+        return _bulk.enqueue_many(
+            self._engine,
+            self.name,
+            items,
+            now=self._rt.now_param(),
+            limit=self._rt.max_payload_bytes,
+            on_duplicate=on_duplicate,
+            options=options,
+        )
 
     # -- consuming -------------------------------------------------------------------
 

@@ -4,7 +4,8 @@ Run it from the repository root (about 3 minutes; `--quick` takes under one):
 
     python bench/queues.py [--quick] [--engines sqlite,postgres] [--reps 3]
                            [--seconds 2] [--drain-jobs 20000] [--drain-cap 2.5]
-                           [--large 1000000] [--json results.json] [--enqueue-only]
+                           [--large 1000000] [--bulk 50000] [--only bulk]
+                           [--json results.json] [--enqueue-only]
 
 On each engine, in one run:
 
@@ -17,6 +18,15 @@ On each engine, in one run:
    INSERT ... RETURNING id, COMMIT). Target: ratio >= 0.9 (issue 13, item 3).
 2. batched enqueue: `q.enqueue_many(100 payloads)` in jobs/s, beside a raw `executemany`
    of the same 100 rows in one transaction.
+2b. bulk enqueue (docs/adr/0013): `q.enqueue_many(50,000 payloads)` against the raw bulk
+   insert of the same rows in one transaction: PostgreSQL a psycopg `COPY` (write_row), SQLite
+   an apsw `executemany` of an INSERT ... RETURNING id. Then the same with per-job options
+   (`alkstore.JobSpec` with delay, priority, dedupe_key, max_attempts) against the raw insert
+   of those rows. Medians of `--reps` (at least 3) rounds; in each the four runs alternate
+   (ours, raw, raw, ours, ...) and start from an empty jobs table. Targets: both ratios >=
+   0.8; the JobSpec batch's jobs/s beside the plain batch's is printed with the raw's own
+   ratio (dedupe keys cost the database an index entry per row). Last, `tx.append_many` of
+   50,000 events against the raw bulk insert of the same event rows (target >= 0.8).
 3. drain: 20,000 no-op jobs (filled with SQL) claimed with `claim_many(n)` and acked with
    `ack_many(jobs)`, n = 1, 10, 100, in one process; beside the raw drain (the engine's own
    `claim` and `ack_many` statements from sql/queues.sql run directly with the driver).
@@ -65,6 +75,7 @@ from bench._common import (
     interleave,
     make_backend,
     now_ms,
+    order_event,
     progress,
 )
 
@@ -72,6 +83,11 @@ SINGLE_TARGET = 0.85  # q.enqueue / raw INSERT
 TX_TARGET = 0.9  # store.transaction() + tx.enqueue / raw BEGIN, INSERT, COMMIT
 DRAIN_TARGETS = {"postgres": 20_000.0, "sqlite": 40_000.0}  # jobs/s at claim batch 100
 SCALE_TARGET = 0.8  # claim rate at 1M / at 1k
+BULK_TARGET = 0.8  # enqueue_many(50k) / the raw bulk insert of the same rows
+BULK_COLUMNS = (
+    "queue, priority, visible_at, enqueued_at, expires_at, max_attempts, backoff, dedupe_key, "
+    "type, key, position, headers, payload"
+)
 ENQUEUE_BATCH = 100
 DRAIN_BATCHES = (1, 10, 100)
 SMALL = 1_000
@@ -91,6 +107,8 @@ class Settings:
     drain_cap: float
     large: int
     enqueue_only: bool = False
+    bulk: int = 50_000
+    only: str | None = None
 
     @property
     def slices(self) -> int:
@@ -166,6 +184,50 @@ class RawSql:
                 if not cursor.nextset():
                     break
             return ids
+
+    def bulk(self, table: str, rows: list[tuple[Any, ...]]) -> None:
+        """The rows (all 13 columns) in one transaction: COPY on PostgreSQL, executemany of
+        an INSERT ... RETURNING id on SQLite (alkstore returns ids; COPY cannot)."""
+        conn = self.conn
+        if self.sqlite:
+            marks = ", ".join(f"?{i}" for i in range(1, 14))
+            query = f"INSERT INTO {table} ({BULK_COLUMNS}) VALUES ({marks}) RETURNING id"
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                ids = [row[0] for row in conn.executemany(query, rows)]
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            assert len(ids) == len(rows)
+            return
+        with (
+            conn.transaction(),
+            conn.cursor().copy(f"COPY {table} ({BULK_COLUMNS}) FROM STDIN") as copy,
+        ):
+            for row in rows:
+                copy.write_row(row)
+
+    def bulk_events(self, table: str, rows: list[tuple[Any, ...]]) -> None:
+        """Event rows (type, key, headers, payload) in one transaction, as `bulk` does."""
+        conn = self.conn
+        if self.sqlite:
+            query = (
+                f"INSERT INTO {table} (type, key, headers, payload, appended_at) "
+                "VALUES (?1, ?2, ?3, ?4, CAST(unixepoch('subsec') * 1000 AS INTEGER))"
+            )
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(query, rows)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return
+        statement = f"COPY {table} (type, key, headers, payload) FROM STDIN"
+        with conn.transaction(), conn.cursor().copy(statement) as copy:
+            for row in rows:
+                copy.write_row(row)
 
     def claim_ack(self, queue: str, n: int) -> int:
         """The engine's own claim and ack_many statements; returns how many jobs."""
@@ -339,6 +401,143 @@ class QueueBench:
             detail=f"raw executemany {median(b):,.0f} jobs/s (ratio {ratio:.2f})",
         )
 
+    # 2b. bulk enqueue -------------------------------------------------------------------
+
+    def enqueue_bulk(self) -> list[Metric]:
+        n = self.settings.bulk
+        raw_name = "raw executemany" if self.engine == "sqlite" else "raw COPY"
+        payloads = [{**PAYLOAD, "order_id": i} for i in range(n)]
+        encoded = [_encode(p).decode() for p in payloads]
+        samples: dict[str, list[float]] = {}
+        with self.store("bq_bulk") as store:
+            queue = store.queue("bulk")
+            jobs = self.backend.table(store.namespace, "jobs")
+            raw = RawSql(self.backend, store.namespace)
+
+            def specs(rnd: int) -> list[Any]:
+                return [
+                    alkstore.JobSpec(p, delay=i % 7, priority=i % 3, dedupe_key=f"{rnd}-{i}",
+                                     max_attempts=3)
+                    for i, p in enumerate(payloads)
+                ]  # fmt: skip
+
+            def rows(rnd: int, options: bool) -> list[tuple[Any, ...]]:
+                now = now_ms()
+                if not options:
+                    return [
+                        ("bulk", 0, now, now, None, 5, None, None, None, None, None, None, p)
+                        for p in encoded
+                    ]
+                return [
+                    ("bulk", i % 3, now + (i % 7) * 1000, now, None, 3, None, f"{rnd}-{i}",
+                     None, None, None, None, p)
+                    for i, p in enumerate(encoded)
+                ]  # fmt: skip
+
+            def timed(name: str, run: Callable[[], object]) -> None:
+                clear_jobs(self.backend, store)
+                start = time.perf_counter()
+                run()
+                samples.setdefault(name, []).append(n / (time.perf_counter() - start))
+
+            variants: list[tuple[str, Callable[[int], Callable[[], object]]]] = [
+                ("ours", lambda rnd: lambda: queue.enqueue_many(payloads)),
+                ("raw", lambda rnd: lambda: raw.bulk(jobs, rows(rnd, False))),
+                ("ours_specs", lambda rnd: (lambda items: lambda: queue.enqueue_many(items))(
+                    specs(rnd))),
+                ("raw_specs", lambda rnd: lambda: raw.bulk(jobs, rows(rnd, True))),
+            ]  # fmt: skip
+            try:
+                for name, make in variants:  # warm up: caches, prepared statements, the file
+                    timed(name, make(-1))
+                samples.clear()
+                for rnd in range(max(3, self.settings.reps)):
+                    for name, make in variants if rnd % 2 == 0 else variants[::-1]:
+                        timed(name, make(rnd))
+            finally:
+                raw.close()
+                clear_jobs(self.backend, store)
+
+        def ratios(a: str, b: str) -> list[float]:
+            return [x / y for x, y in zip(samples[a], samples[b], strict=True)]
+
+        def rate(name: str) -> str:
+            return f"{median(samples[name]):,.0f} jobs/s"
+
+        return [
+            Metric(
+                self.engine,
+                f"enqueue_many({n:,}) / {raw_name} of the same rows",
+                "x",
+                ratios("ours", "raw"),
+                BULK_TARGET,
+                detail=f"enqueue_many {rate('ours')}, {raw_name} {rate('raw')}",
+            ),
+            Metric(
+                self.engine,
+                f"enqueue_many({n:,} JobSpec) / {raw_name} of the same rows",
+                "x",
+                ratios("ours_specs", "raw_specs"),
+                BULK_TARGET,
+                detail=(
+                    f"JobSpec(delay, priority, dedupe_key, max_attempts): {rate('ours_specs')}, "
+                    f"{raw_name} {rate('raw_specs')}"
+                ),
+            ),
+            self.append_bulk(raw_name),
+            Metric(
+                self.engine,
+                f"enqueue_many({n:,}): JobSpec batch / plain batch",
+                "x",
+                ratios("ours_specs", "ours"),
+                detail=f"the raw insert's own ratio {median(ratios('raw_specs', 'raw')):.2f}",
+            ),
+        ]
+
+    def append_bulk(self, raw_name: str) -> Metric:
+        """`tx.append_many(n events)` against the raw bulk insert of the same event rows."""
+        n = self.settings.bulk
+        events = [order_event(i) for i in range(n)]
+        rows = [(e.__struct_config__.tag, None, None, _encode(e).decode()) for e in events]
+        samples: dict[str, list[float]] = {"ours": [], "raw": []}
+        with self.store("bq_bulk_log") as store:
+            table = self.backend.table(store.namespace, "events")
+            raw = RawSql(self.backend, store.namespace)
+
+            def ours() -> None:
+                with store.transaction() as tx:
+                    tx.append_many(events)
+
+            def theirs() -> None:
+                raw.bulk_events(table, rows)
+
+            def timed(name: str, run: Callable[[], None]) -> None:
+                with store.transaction() as tx:
+                    tx.connection.execute(f"DELETE FROM {table}")
+                start = time.perf_counter()
+                run()
+                samples[name].append(n / (time.perf_counter() - start))
+
+            try:
+                timed("ours", ours)
+                timed("raw", theirs)
+                samples = {"ours": [], "raw": []}
+                for rnd in range(max(3, self.settings.reps)):
+                    order = [("ours", ours), ("raw", theirs)]
+                    for name, run in order if rnd % 2 == 0 else order[::-1]:
+                        timed(name, run)
+            finally:
+                raw.close()
+        ours_rate, raw_rate = median(samples["ours"]), median(samples["raw"])
+        return Metric(
+            self.engine,
+            f"tx.append_many({n:,}) / {raw_name} of the same event rows",
+            "x",
+            [x / y for x, y in zip(samples["ours"], samples["raw"], strict=True)],
+            BULK_TARGET,
+            detail=f"append_many {ours_rate:,.0f} events/s, {raw_name} {raw_rate:,.0f}",
+        )
+
     # 3. drain ----------------------------------------------------------------------------
 
     def drain_all(self) -> list[Metric]:
@@ -487,9 +686,17 @@ def run_engine(engine: str, settings: Settings) -> list[Metric]:
     bench = QueueBench(backend, settings)
     results: list[Metric] = []
     try:
+        if settings.only == "bulk":
+            for metric in bench.enqueue_bulk():
+                results.append(metric)
+                progress(metric)
+            return results
         for measure in (bench.enqueue_single, bench.enqueue_in_tx, bench.enqueue_batched):
             results.append(measure())
             progress(results[-1])
+        for metric in bench.enqueue_bulk():
+            results.append(metric)
+            progress(metric)
         if settings.enqueue_only:
             return results
         for metric in bench.drain_all():
@@ -510,6 +717,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain-cap", type=float, help="max seconds per drain (2.5, quick 1)")
     parser.add_argument("--large", type=int, default=1_000_000, help="jobs in the big queue")
     parser.add_argument("--enqueue-only", action="store_true", help="only the enqueue rows")
+    parser.add_argument("--bulk", type=int, help="jobs per bulk enqueue (50000, quick 10000)")
+    parser.add_argument("--only", choices=["bulk"], help="run only this measurement")
     args = parser.parse_args(argv)
     settings = Settings(
         engines=args.engines,
@@ -519,6 +728,8 @@ def main(argv: list[str] | None = None) -> int:
         drain_cap=args.drain_cap or (1.0 if args.quick else 2.5),
         large=args.large,
         enqueue_only=args.enqueue_only,
+        bulk=args.bulk or (10_000 if args.quick else 50_000),
+        only=args.only,
     )
     run = Run("queues", {**asdict(settings), "engines": ",".join(settings.engines)})
     run.announce()

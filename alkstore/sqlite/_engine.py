@@ -26,6 +26,8 @@ from alkstore.sqlite import _busy, _watch
 
 _PACKAGE = "alkstore.sqlite"
 SWEEP_LOCK_TTL_MS = 60_000  # a crashed sweeper's lock row expires after this
+_UNIQUE = apsw.mapping_extended_result_codes["SQLITE_CONSTRAINT_UNIQUE"]
+BULK_MIN = 8  # jobs from which insert_jobs beats one INSERT per job (docs/adr/0013)
 
 # a string literal or a comment (both kept as they are), or a `:name` parameter
 _NAMED = re.compile(r"'(?:[^']|'')*'|--[^\n]*|(?<![:\w]):([A-Za-z_]\w*)")
@@ -75,6 +77,7 @@ class SqliteEngine:
         self._watcher: _watch.Watcher | None = None
         self._closed = threading.Event()
         self._is_closed = False  # the same, read on the hot path without a call
+        self.bulk_min = BULK_MIN
         if not self._memory:
             directory = os.path.dirname(os.path.abspath(path))
             if not os.path.isdir(directory):
@@ -252,6 +255,18 @@ class SqliteEngine:
         self, conn: Any, name: str, params_seq: Sequence[dict[str, Any]]
     ) -> list[list[tuple[Any, ...]]]:
         return [self.run_in(conn, name, params) for params in params_seq]
+
+    def insert_jobs(self, conn: Any, rows: Sequence[_engine.JobRow]) -> list[int]:
+        """One executemany of a positional INSERT (RETURNING: one id per row, in order).
+        A dedupe key a live job holds: KeyTaken (the caller rolls back)."""
+        try:
+            return [row[0] for row in conn.executemany(self._q["bulk_insert"], rows)]
+        except apsw.ConstraintError as exc:
+            if getattr(exc, "extendedresult", None) == _UNIQUE:  # jobs has one: dedupe keys
+                raise _engine.KeyTaken() from exc
+            raise _storage_error(conn, self._namespace, exc) from exc
+        except apsw.Error as exc:
+            raise _storage_error(conn, self._namespace, exc) from exc
 
     def now_ms(self) -> int:
         with self._connection() as conn, _translate(conn, self._namespace):

@@ -29,6 +29,10 @@ INSERT INTO {ns}.events (type, key, headers, payload) VALUES (%s, %s, %s::jsonb,
 -- Prepared on libpq by store transactions (alkstore/postgres/_conn.py): $n placeholders.
 INSERT INTO {ns}.events (type, key, headers, payload) VALUES ($1, $2, $3::jsonb, $4::jsonb)
 
+-- name: copy_events
+-- tx.append_many of many events (docs/adr/0013).
+COPY {ns}.events (type, key, headers, payload) FROM STDIN
+
 -- name: sequence_events
 SELECT {ns}.sequence_events(%s)
 

@@ -276,3 +276,36 @@ SELECT
     (SELECT count(*) FROM {ns}.dead_letters WHERE queue = %(queue)s),
     {now} - min(visible_at) FILTER (WHERE ready)
 FROM j
+
+-- name: bulk_start
+-- A bulk enqueue's first statement (docs/adr/0013): the time of the batch, the queue's
+-- default max_attempts, and those of the given dedupe keys (a JSON array) that live
+-- jobs hold (the keys are given only when a COPY found one taken). Never prepared
+-- (CUSTOM in _engine.py): a generic plan may scan the whole jobs table.
+SELECT {now},
+       coalesce((SELECT max_attempts FROM {ns}.queues WHERE name = %(queue)s), 5),
+       (SELECT coalesce(jsonb_agg(dedupe_key), '[]')::text FROM {ns}.jobs
+        WHERE queue = %(queue)s
+          AND dedupe_key IN (SELECT jsonb_array_elements_text(%(keys)s::jsonb)))
+
+-- name: bulk_id_before
+-- The sequence before a bulk COPY: the COPY's rows take ids above it, in input order.
+SELECT nextval('{ns}.jobs_id_seq')
+
+-- name: bulk_id_after
+SELECT currval('{ns}.jobs_id_seq')
+
+-- name: bulk_ids
+-- The ids a bulk COPY took when other sessions took ids from the sequence meanwhile (the
+-- range between bulk_id_before and bulk_id_after has gaps): the rows this transaction
+-- wrote in that range, found through the primary key.
+SELECT id FROM {ns}.jobs
+WHERE id > %(first)s AND id <= %(last)s AND xmin = pg_current_xact_id()::xid
+ORDER BY id
+
+-- name: bulk_insert
+-- The rows of a bulk enqueue, absolute times (bulk_start's); ids from the identity
+-- default. A dedupe key a live job holds fails it on jobs_dedupe: the batch is rolled
+-- back and runs again (_bulk.py).
+COPY {ns}.jobs (queue, enqueued_at, priority, visible_at, expires_at, max_attempts,
+                backoff, dedupe_key, type, headers, payload) FROM STDIN

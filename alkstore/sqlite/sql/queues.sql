@@ -250,3 +250,21 @@ SELECT
     (SELECT count(*) FROM {ns}__dead_letters WHERE queue = :queue),
     {now} - min(visible_at) FILTER (WHERE ready)
 FROM j
+
+-- name: bulk_start
+-- A bulk enqueue's first statement (docs/adr/0013): the time of the batch, the queue's
+-- default max_attempts, and those of the given dedupe keys (a JSON array) that live
+-- jobs hold (the keys are given only when an insert found one taken).
+SELECT {now},
+       coalesce((SELECT max_attempts FROM {ns}__queues WHERE name = :queue), 5),
+       (SELECT json_group_array(dedupe_key) FROM {ns}__jobs
+        WHERE queue = :queue AND dedupe_key IN (SELECT value FROM json_each(:keys)))
+
+-- name: bulk_insert
+-- One job of a bulk enqueue, run with executemany: absolute times (bulk_start's). A
+-- dedupe key a live job holds fails it (the batch is rolled back and runs again,
+-- _bulk.py). Positional parameters: nothing to look up per row.
+INSERT INTO {ns}__jobs (queue, enqueued_at, priority, visible_at, expires_at, max_attempts,
+                        backoff, dedupe_key, type, headers, payload)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+RETURNING id
