@@ -30,7 +30,9 @@ SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = '{ns}__events'), 0
 
 -- name: now_fragment
 -- `{now}` in every query: the injected test clock's `now`, else SQLite's clock (ADR 0012).
-coalesce(:now, CAST(unixepoch('subsec') * 1000 AS INTEGER))
+-- A scalar subquery: SQLite computes it once per statement, not once per row (a claim
+-- otherwise read the clock for every row it looked at: ~2.5 us per claimed job).
+(SELECT coalesce(:now, CAST(unixepoch('subsec') * 1000 AS INTEGER)))
 
 -- name: db_now
 SELECT {now}
