@@ -170,11 +170,9 @@ class Connection(psycopg.Connection[TupleRow]):
         except psycopg.Error:
             self._alk_unsure = True
 
-    def append(self, name: bytes, query: bytes, rows: Sequence[Sequence[str | None]]) -> None:
-        """Queue the INSERTs of `rows`; they go out, in order, with whatever comes next.
-
-        libpq sends its buffer on its own once it grows large; otherwise the next
-        settle or COMMIT flushes it, so a lone append costs no extra write."""
+    def _alk_pipeline(self, name: bytes, query: bytes) -> Any:
+        """Enter pipeline mode (once per transaction) and queue the preparation of `name`
+        unless this connection has it; returns the libpq connection."""
         pgconn = self.pgconn
         if not self._alk_in_flight:
             pgconn.enter_pipeline_mode()
@@ -183,6 +181,14 @@ class Connection(psycopg.Connection[TupleRow]):
             pgconn.send_close_prepared(name)  # not an error when it does not exist
             pgconn.send_prepare(name, query)
             self._alk_prepared.add(name)
+        return pgconn
+
+    def append(self, name: bytes, query: bytes, rows: Sequence[Sequence[str | None]]) -> None:
+        """Queue the INSERTs of `rows`; they go out, in order, with whatever comes next.
+
+        libpq sends its buffer on its own once it grows large; otherwise the next
+        settle or COMMIT flushes it, so a lone append costs no extra write."""
+        pgconn = self._alk_pipeline(name, query)
         for row in rows:
             pgconn.send_query_prepared(name, [None if v is None else v.encode() for v in row])
 
@@ -223,14 +229,7 @@ class Connection(psycopg.Connection[TupleRow]):
         No second try on SQLSTATE 26000 here: the error has aborted the transaction.
         It is raised like any error of the statement, and the statement is prepared
         again in the next transaction."""
-        pgconn = self.pgconn
-        if not self._alk_in_flight:
-            pgconn.enter_pipeline_mode()
-            self._alk_in_flight = True
-        if name not in self._alk_prepared:
-            pgconn.send_close_prepared(name)  # not an error when it does not exist
-            pgconn.send_prepare(name, query)
-            self._alk_prepared.add(name)
+        pgconn = self._alk_pipeline(name, query)
         # None is SQL NULL (psycopg's abc omits it here)
         pgconn.send_query_prepared(name, values)
         error, result = self._alk_drain()
