@@ -130,10 +130,15 @@ class Worker:
             self._thread("worker-leases", keeper.run, self._done),
             self._thread("worker-sweep", self._maintain),
         ]
-        dispatchers = [
-            self._thread(f"claim-{q}", _dispatch.Dispatcher(ctx, self.handlers[q], once).run)
-            for q in names
-        ]
+        # A handler thread takes its queue's next prefetched job itself, unless queues share
+        # a total smaller than their sum (then slots go back, for the other queues' turn).
+        hand_on = len(names) == 1 or self.concurrency >= sum(slots.per_queue.values())
+        dispatchers = []
+        for q in names:
+            dispatcher = _dispatch.Dispatcher(ctx, self.handlers[q], once)
+            if hand_on and not self.handlers[q].is_async:
+                outcomes.next_job[q] = dispatcher.next_job
+            dispatchers.append(self._thread(f"claim-{q}", dispatcher.run))
         log.info("worker started: queues %s, concurrency %d", ", ".join(names), self.concurrency)
         for thread in helpers + dispatchers:
             thread.start()
