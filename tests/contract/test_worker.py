@@ -272,6 +272,30 @@ def test_total_concurrency_caps_all_queues_together(store: alkstore.Store) -> No
     assert worker.counters["ack"] == 16
 
 
+
+def test_queues_sharing_a_smaller_total_take_turns(store: alkstore.Store) -> None:
+    """A handler thread takes its queue's next prefetched job with the same slot, except
+    when queues share a total smaller than their sum: then the slot goes back, and a
+    queue with a long backlog does not keep the other one waiting until it is drained."""
+    worker = relay.Worker(store, concurrency=1, poll=POLL)
+    order: list[str] = []
+
+    @worker.handler("backlog", concurrency=1)
+    def slow(job: alkstore.Job[int]) -> None:
+        order.append("backlog")
+        time.sleep(0.02)
+
+    @worker.handler("urgent", concurrency=1)
+    def urgent(job: alkstore.Job[int]) -> None:
+        order.append("urgent")
+
+    store.queue("backlog").enqueue_many(range(40))
+    store.queue("urgent").enqueue(1)
+    drain(worker)
+
+    assert len(order) == 41
+    assert order.index("urgent") < 20, f"urgent ran only after {order.index('urgent')} jobs"
+
 # -- lease renewal --------------------------------------------------------------------------
 
 VISIBILITY = 1.0  # seconds
