@@ -29,6 +29,7 @@ class Acks:
         inflight: _inflight.InFlight,
         counters: _inflight.Counters,
         report: Report,
+        reporting: Callable[[], bool],
         *,
         batch: int,
         flush: float,
@@ -37,6 +38,7 @@ class Acks:
         self._inflight = inflight
         self._counters = counters
         self._report = report
+        self._reporting = reporting  # an on_outcome hook is set: report each ack
         self._batch = batch
         self._flush_every = flush
         self._cond = threading.Condition()
@@ -89,6 +91,8 @@ class Acks:
             self._inflight.discard([item for item, _ in entries])
             self._counters.add("ack", len(jobs) - len(lost))
             self._counters.add("lease_lost", len(lost))
+            if not (debug or self._reporting()):
+                continue
             for item, seconds in entries:
                 job = item.job
                 kind = "lease_lost" if job.id in lost else "ack"

@@ -106,8 +106,8 @@ class Worker:
             )
             loop_thread.start()
         acks = _acks.Acks(
-            self.store, inflight, self.counters, self._report, batch=self.batch,
-            flush=self.ack_flush,
+            self.store, inflight, self.counters, self._report,
+            lambda: self.on_outcome is not None, batch=self.batch, flush=self.ack_flush,
         )  # fmt: skip
         outcomes = _outcomes.Outcomes(
             self.store, inflight, self.counters, acks, slots, self._report,
