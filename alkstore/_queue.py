@@ -15,9 +15,9 @@ from typing import Any, Literal, overload
 
 import msgspec
 
-from alkstore import _backoff, _bulk, _checks, _config, _engine, _errors, _events, _jobs
+from alkstore import _backoff, _bulk, _checks, _config, _engine, _errors, _events, _jobs, _sql
 
-DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_MAX_ATTEMPTS = _sql.DEFAULT_MAX_ATTEMPTS  # one value, the SQL's too
 DEFAULT_VISIBILITY = 30.0
 DEFAULT_MAX_PAYLOAD = 1_048_576
 CONFIG_TTL = 5.0  # seconds a Queue object trusts the stored defaults it read

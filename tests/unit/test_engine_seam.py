@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import alkstore
@@ -75,6 +76,7 @@ def test_namespace_is_substituted_everywhere() -> None:
     for package in ("alkstore.sqlite", "alkstore.postgres"):
         for name, query in _sql.queries(package, "myns").items():
             assert "{ns}" not in query, (package, name)
+            assert not re.findall(r"\{[a-z_]+\}", query), f"{package} {name}: a mark left"
         for _, _, ddl in _sql.migrations(package, "myns"):
             assert "{ns}" not in ddl and "myns" in ddl
 
