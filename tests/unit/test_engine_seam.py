@@ -31,7 +31,6 @@ ENGINE_ONLY: dict[str, dict[str, str]] = {
         "unsequenced": "commit-order positions (ADR 0004); SQLite's one writer needs none",
         "oldest_writers": "pg_stat_activity; SQLite has one writer and no such view",
         "sweep_try_lock": "an advisory lock; SQLite's sweep takes a lease row (lock_acquire)",
-        "sweep_unlock": "an advisory lock; SQLite's sweep takes a lease row (lock_acquire)",
     },
 }
 SHARED_MODULES = [

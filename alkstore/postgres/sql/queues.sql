@@ -219,10 +219,8 @@ DELETE FROM {ns}.dead_letters WHERE id IN (
 RETURNING id
 
 -- name: sweep_try_lock
-SELECT pg_try_advisory_lock(hashtext('alkstore'), hashtext('{ns}.sweep'))
-
--- name: sweep_unlock
-SELECT pg_advisory_unlock(hashtext('alkstore'), hashtext('{ns}.sweep'))
+-- Held until the end of the transaction that took it (alkstore/postgres/_engine.py).
+SELECT pg_try_advisory_xact_lock(hashtext('alkstore'), hashtext('{ns}.sweep'))
 
 -- name: dead_letters
 SELECT id, queue, priority, enqueued_at, attempts, max_attempts, type, key, position,
