@@ -67,6 +67,25 @@ def test_claim_order_priority_then_run_time_then_enqueue_order(
     assert job is not None and job.id == delayed
 
 
+def test_claims_take_jobs_in_order_of_availability_not_creation(
+    qstore: alkstore.Store, clock: Clock
+) -> None:
+    """A job queues by when it became claimable (visible_at), not by when it was made: a
+    delayed job, a retried one and one whose lease lapsed each queue from that moment."""
+    q = qstore.queue("available")
+    delayed = q.enqueue("made first, due at +5", delay=5)
+    lapsed, retried = (q.enqueue("lease lapses at +2.5"), q.enqueue("retried, due at +3"))
+    claimed = q.claim_many(2, visibility=2.5)
+    assert [j.id for j in claimed] == [lapsed, retried]
+    claimed[1].retry(delay=3)
+    clock.advance(1)
+    fresh = q.enqueue("made at +1")
+    scheduled = q.enqueue("made last, due at +4", run_at=clock.now + 3)
+    clock.advance(9)
+    taken = [q.claim() for _ in range(5)]  # one at a time: the claim's own choice
+    assert [j.id for j in taken if j] == [fresh, lapsed, retried, scheduled, delayed]
+
+
 def test_delay_has_millisecond_precision(qstore: alkstore.Store, clock: Clock) -> None:
     q = qstore.queue("precise")
     q.enqueue("x", delay=0.25)
