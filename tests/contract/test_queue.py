@@ -293,6 +293,29 @@ def test_requeue_without_reset_gives_one_more_attempt(qstore: alkstore.Store) ->
     assert q.dead_letters()[0].reason == "still failing"
 
 
+def test_requeue_leaves_dead_a_letter_whose_dedupe_key_a_live_job_holds(
+    qstore: alkstore.Store,
+) -> None:
+    """Decided (ADR 0006 addendum 2026-12-02): no error and no second live job with the
+    key; the letter stays dead, the count says it did not come back, the rest do."""
+    q = qstore.queue("keyed_dlq")
+    keyed = q.enqueue("first", dedupe_key="invoice-7", max_attempts=1)
+    plain = q.enqueue("plain", max_attempts=1)
+    for job in q.claim_many(2):
+        job.fail("bad")
+    live = q.enqueue("second", dedupe_key="invoice-7")
+    assert q.requeue([keyed]) == 0
+    assert q.requeue() == 1, "the letter without a key comes back"
+    assert [d.id for d in q.dead_letters()] == [keyed]
+    jobs = q.claim_many(5)
+    assert sorted((j.id, j.payload) for j in jobs) == [(plain, "plain"), (live, "second")]
+    for job in jobs:
+        job.ack()
+    assert q.requeue([keyed]) == 1, "the key is free once the live job is gone"
+    back = q.claim()
+    assert back is not None and (back.id, back.payload) == (keyed, "first")
+
+
 def test_heartbeat_extends_the_lease_and_stores_progress(
     qstore: alkstore.Store, clock: Clock
 ) -> None:
