@@ -26,11 +26,12 @@ def seconds(name: str, value: object, *, positive: bool = False) -> float:
 
 
 def lease_ms(name: str, value: object) -> int:
-    """A lease length in seconds -> whole milliseconds, at least 1 (never a 0 ms lease)."""
-    ms = round(seconds(name, value, positive=True) * 1000)
-    if ms < 1:
+    """A lease length in seconds -> whole milliseconds. Below 0.001 s is refused, never
+    rounded: a 0 ms lease is no lease, and 1 ms is not what was asked (ADR 0006)."""
+    length = seconds(name, value, positive=True)
+    if length < 0.001:
         raise _errors.InvalidArgument(f"{name} must be at least 0.001 seconds, got {value!r}")
-    return ms
+    return round(length * 1000)
 
 
 def whole(name: str, value: object, low: int, high: int = INT32) -> int:

@@ -15,9 +15,9 @@ from typing import Any, Literal, overload
 
 import msgspec
 
-from alkstore import _backoff, _bulk, _checks, _config, _engine, _errors, _events, _jobs
+from alkstore import _backoff, _bulk, _checks, _config, _engine, _errors, _events, _jobs, _sql
 
-DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_MAX_ATTEMPTS = _sql.DEFAULT_MAX_ATTEMPTS  # one value, the SQL's too
 DEFAULT_VISIBILITY = 30.0
 DEFAULT_MAX_PAYLOAD = 1_048_576
 CONFIG_TTL = 5.0  # seconds a Queue object trusts the stored defaults it read
@@ -200,7 +200,7 @@ class Queue:
             backoff=current.backoff if backoff is None else backoff,
             visibility=current.visibility
             if visibility is None
-            else seconds("visibility", visibility, positive=True),
+            else lease_ms("visibility", visibility) / 1000,
             dead_retention=current.dead_retention
             if dead_retention is None
             else seconds("dead_retention", dead_retention, positive=True),
@@ -211,7 +211,7 @@ class Queue:
                 "queue": self.name,
                 "max_attempts": new.max_attempts,
                 "backoff": _backoff.encode(new.backoff),
-                "visibility_ms": int(new.visibility * 1000),
+                "visibility_ms": round(new.visibility * 1000),
                 "dead_retention_ms": None
                 if new.dead_retention is None
                 else int(new.dead_retention * 1000),

@@ -5,6 +5,8 @@ prefix. `{now}` is the statement's time in epoch milliseconds: the `now` paramet
 when the store has an injected clock (tests), else the database's own clock
 (ADR 0012: every ownership decision uses the database's time). Such fragments
 are defined once per engine as queries named `<name>_fragment` and fill `{<name>}`.
+`{default_max_attempts}` is DEFAULT_MAX_ATTEMPTS below: the one value both engines'
+queries and the Python code take a queue's default from (ADR 0006 addendum 2026-12-02).
 Namespaces are validated identifiers (see `_config.check_name`), so the
 substitution cannot inject SQL; that is why the results are typed LiteralString
 (mypy treats LiteralString as str, so no cast is needed or possible here).
@@ -20,6 +22,8 @@ from importlib import resources
 from typing import Any, LiteralString
 
 Binder = Callable[[Mapping[str, Any]], tuple[Any, ...]]
+
+DEFAULT_MAX_ATTEMPTS = 5  # a queue's max_attempts until `Queue.configure` stores one
 
 _HEADER = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 
@@ -42,9 +46,10 @@ def _raw(package: str) -> dict[str, str]:
 
 @cache
 def queries(package: str, ns: str) -> dict[str, LiteralString]:
-    """The named queries of an engine package, with `{ns}` and `{now}` filled in (cached:
-    do not mutate)."""
+    """The named queries of an engine package, with `{ns}`, `{now}` and the other
+    fragments filled in (cached: do not mutate)."""
     raw = _raw(package)
+    values = {"{default_max_attempts}": str(int(DEFAULT_MAX_ATTEMPTS))}
     fragments = {  # their comment lines stay in the .sql file
         "{" + name.removesuffix("_fragment") + "}": "\n".join(
             line for line in body.splitlines() if not line.startswith("--")
@@ -57,6 +62,8 @@ def queries(package: str, ns: str) -> dict[str, LiteralString]:
         while "{" in body and any(mark in body for mark in fragments):
             for mark, fragment in fragments.items():
                 body = body.replace(mark, fragment)
+        for mark, value in values.items():
+            body = body.replace(mark, value)
         return body.replace("{ns}", ns)
 
     return {name: fill(body) for name, body in raw.items() if not name.endswith("_fragment")}

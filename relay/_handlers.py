@@ -54,7 +54,7 @@ def payload_type(fn: Callable[..., object]) -> Any:
     except (NameError, TypeError) as exc:
         raise alkstore.InvalidArgument(
             f"cannot resolve the annotations of handler {fn.__qualname__} ({exc}); define the "
-            "payload type at module level or drop the annotation"
+            "payload type at module level, before the handler, or drop the annotation"
         ) from exc
     annotation = hints.get(params[0].name)
     if typing.get_origin(annotation) is alkstore.Job:

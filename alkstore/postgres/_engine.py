@@ -10,6 +10,7 @@ Wakes: a LISTEN thread feeds the store's Wake; NOTIFYs are sent by
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -22,6 +23,8 @@ from psycopg.pq import TransactionStatus
 
 from alkstore import _engine, _errors, _events, _sql, _wake
 from alkstore.postgres import _conn, _notify, _pool, _prepared
+
+log = logging.getLogger("alkstore.postgres")
 
 _PACKAGE = "alkstore.postgres"
 SEQUENCE_BATCH = 5_000
@@ -307,14 +310,25 @@ class PostgresEngine:
 
     @contextmanager
     def sweep_lock(self, now_ms: int | None) -> Iterator[bool]:
-        with self.connection() as conn, translate():
-            row = conn.execute(self._q["sweep_try_lock"]).fetchone()
-            held = bool(row and row[0])
+        """A transaction-level advisory lock, held by a transaction that does nothing else
+        on its own pooled connection while the sweep's batches run on others: the end of
+        that transaction or of its session releases it (ADR 0006 addendum 2026-12-02)."""
+        with self.connection() as conn:
+            with translate():
+                conn.begin()
+                try:
+                    row = conn.execute(self._q["sweep_try_lock"]).fetchone()
+                except BaseException:
+                    conn.rollback_store()
+                    raise
             try:
-                yield held
+                yield bool(row and row[0])
             finally:
-                if held:
-                    conn.execute(self._q["sweep_unlock"])
+                try:  # COMMIT, not ROLLBACK: psycopg's rollback deallocates prepared statements
+                    conn.commit_store()
+                except (psycopg.Error, _errors.AlkstoreError) as exc:
+                    # the connection broke (the pool drops it): the lock went with its session
+                    log.warning("the sweep lock's transaction did not end cleanly: %s", exc)
 
     # -- wake ------------------------------------------------------------------------
 

@@ -59,6 +59,7 @@ class Worker:
         self._wakers: list[Callable[[], None]] = []
         self._crash: BaseException | None = None
         self._inflight = _inflight.InFlight()
+        self._running = threading.Lock()  # held by run()
 
     def handler(
         self, queue: str, *, concurrency: int = 8, timeout: float | None = None
@@ -85,12 +86,23 @@ class Worker:
     def run(self, *, queues: Iterable[str] | None = None, once: bool = False) -> None:
         """Process jobs until `stop()`; with once=True, until the queues have no ready job.
 
+        One run() at a time (another raises at once); it may run again once it returned.
         Raises WorkerCrashed if one of the worker's own threads failed (never for what a
         handler does): a supervisor should restart the process."""
         names = list(self.handlers) if queues is None else list(queues)
         missing = [q for q in names if q not in self.handlers]
         if missing or not names:
             raise alkstore.InvalidArgument(f"no handler registered for queues {missing or names}")
+        if not self._running.acquire(blocking=False):  # they would share every part
+            raise alkstore.AlkstoreError(
+                "this worker is already running: one run() at a time (make another Worker)"
+            )
+        try:
+            self._run(names, once)
+        finally:
+            self._running.release()
+
+    def _run(self, names: list[str], once: bool) -> None:
         self._stop.clear()
         self._done.clear()
         self._crash = None

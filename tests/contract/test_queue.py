@@ -67,6 +67,25 @@ def test_claim_order_priority_then_run_time_then_enqueue_order(
     assert job is not None and job.id == delayed
 
 
+def test_claims_take_jobs_in_order_of_availability_not_creation(
+    qstore: alkstore.Store, clock: Clock
+) -> None:
+    """A job queues by when it became claimable (visible_at), not by when it was made: a
+    delayed job, a retried one and one whose lease lapsed each queue from that moment."""
+    q = qstore.queue("available")
+    delayed = q.enqueue("made first, due at +5", delay=5)
+    lapsed, retried = (q.enqueue("lease lapses at +2.5"), q.enqueue("retried, due at +3"))
+    claimed = q.claim_many(2, visibility=2.5)
+    assert [j.id for j in claimed] == [lapsed, retried]
+    claimed[1].retry(delay=3)
+    clock.advance(1)
+    fresh = q.enqueue("made at +1")
+    scheduled = q.enqueue("made last, due at +4", run_at=clock.now + 3)
+    clock.advance(9)
+    taken = [q.claim() for _ in range(5)]  # one at a time: the claim's own choice
+    assert [j.id for j in taken if j] == [fresh, lapsed, retried, scheduled, delayed]
+
+
 def test_delay_has_millisecond_precision(qstore: alkstore.Store, clock: Clock) -> None:
     q = qstore.queue("precise")
     q.enqueue("x", delay=0.25)
@@ -272,6 +291,29 @@ def test_requeue_without_reset_gives_one_more_attempt(qstore: alkstore.Store) ->
     assert job is not None and job.attempt == 2
     job.retry(delay=0, error="still failing")
     assert q.dead_letters()[0].reason == "still failing"
+
+
+def test_requeue_leaves_dead_a_letter_whose_dedupe_key_a_live_job_holds(
+    qstore: alkstore.Store,
+) -> None:
+    """Decided (ADR 0006 addendum 2026-12-02): no error and no second live job with the
+    key; the letter stays dead, the count says it did not come back, the rest do."""
+    q = qstore.queue("keyed_dlq")
+    keyed = q.enqueue("first", dedupe_key="invoice-7", max_attempts=1)
+    plain = q.enqueue("plain", max_attempts=1)
+    for job in q.claim_many(2):
+        job.fail("bad")
+    live = q.enqueue("second", dedupe_key="invoice-7")
+    assert q.requeue([keyed]) == 0
+    assert q.requeue() == 1, "the letter without a key comes back"
+    assert [d.id for d in q.dead_letters()] == [keyed]
+    jobs = q.claim_many(5)
+    assert sorted((j.id, j.payload) for j in jobs) == [(plain, "plain"), (live, "second")]
+    for job in jobs:
+        job.ack()
+    assert q.requeue([keyed]) == 1, "the key is free once the live job is gone"
+    back = q.claim()
+    assert back is not None and (back.id, back.payload) == (keyed, "first")
 
 
 def test_heartbeat_extends_the_lease_and_stores_progress(

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 import alkstore
+from tests.clock import Clock
 from tests.conftest import Backend
 
 JOBS = 20_000  # process test; enqueued in batches of ENQUEUE_BATCH
@@ -271,41 +272,47 @@ def test_threads_claim_each_job_exactly_once(
 
 # -- a lease shorter than the clock's resolution ----------------------------------------
 
-SUB_MS_REASON = (
-    "a visibility/extend in (0, 0.001) s passes the `> 0` check but is truncated to a 0 ms "
-    "lease (int(seconds * 1000)), so the job stays claimable and a second claim at the same "
-    "instant gets it too: the claim is not exclusive"
-)
+# Decided (ADR 0006 addendum 2026-12-02): a lease is whole milliseconds and at least one;
+# a visibility or extend below 0.001 s is refused with InvalidArgument before anything is
+# written (not rounded: 0.0007 s is not 1 ms, 0.0004 s is not 0 ms). A 0 ms lease would
+# leave the job claimable, and a second claim at the same instant would get it too.
+SUB_MS = [0.0004, 0.0005, 0.0007, 0.000999]
+SUB_MS_REFUSED = r"at least 0\.001 seconds"
 
 
-def test_a_sub_millisecond_visibility_is_never_a_zero_lease(backend: Backend) -> None:
+@pytest.mark.parametrize("lease", SUB_MS)
+def test_a_sub_millisecond_visibility_is_refused(backend: Backend, lease: float) -> None:
     store = backend.connect(clock=lambda: 1_700_000_000.0)
     try:
         store.migrate()
         queue = store.queue("tiny_lease")
         queue.enqueue("x")
-        try:
-            first = queue.claim(visibility=0.0004)
-        except alkstore.InvalidArgument:
-            return  # rejected up front: fine
-        assert first is not None
+        with pytest.raises(alkstore.InvalidArgument, match=SUB_MS_REFUSED):
+            queue.claim(visibility=lease)
+        with pytest.raises(alkstore.InvalidArgument, match=SUB_MS_REFUSED):
+            queue.configure(visibility=lease)
+        assert queue.config(refresh=True).visibility == 30.0
+        job = queue.claim(visibility=0.001)  # the shortest lease: 1 ms, and exclusive
+        assert job is not None and job.lease_ms == 1
         assert queue.claim(visibility=30) is None, "the same job was claimed twice at once"
     finally:
         store.close()
 
 
-def test_a_sub_millisecond_heartbeat_is_never_a_zero_lease(backend: Backend) -> None:
-    store = backend.connect(clock=lambda: 1_700_000_000.0)
+@pytest.mark.parametrize("lease", SUB_MS)
+def test_a_sub_millisecond_heartbeat_is_refused(backend: Backend, lease: float) -> None:
+    clock = Clock(1_700_000_000.0)
+    store = backend.connect(clock=clock)
     try:
         store.migrate()
         queue = store.queue("tiny_lease")
         queue.enqueue("x")
         job = queue.claim(visibility=30)
         assert job is not None
-        try:
-            job.heartbeat(extend=0.0004)
-        except alkstore.InvalidArgument:
-            return  # rejected up front: fine
-        assert queue.claim(visibility=30) is None, "the same job was claimed twice at once"
+        with pytest.raises(alkstore.InvalidArgument, match=SUB_MS_REFUSED):
+            job.heartbeat(extend=lease)
+        clock.advance(29.999)
+        assert queue.claim(visibility=30) is None, "the refused heartbeat changed the lease"
+        job.ack()
     finally:
         store.close()

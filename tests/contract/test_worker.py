@@ -632,29 +632,37 @@ def test_stop_is_prompt_when_idle(store: alkstore.Store) -> None:
     assert took < 1.0, f"stop() of an idle worker took {took:.2f} s"
 
 
-def test_an_unresolvable_payload_annotation_is_not_silently_ignored(
+def test_an_unresolvable_payload_annotation_is_refused_at_registration(
     store: alkstore.Store,
 ) -> None:
+    """Decided (ADR 0008 addendum 2026-12-02): the handler is refused when it is
+    registered, with InvalidArgument naming it, and nothing is registered: a handler that
+    cannot know its payload type never runs (never on an undecoded payload)."""
+
     class Local(alkstore.Event, tag="test.worker_local"):
         n: int
 
     worker = relay.Worker(store, poll=POLL)
-    got: list[object] = []
-    try:
+    refused = r"cannot resolve the annotations of handler .*on_local.*Local"
+    with pytest.raises(alkstore.InvalidArgument, match=refused):
 
         @worker.handler("local")
         def on_local(job: alkstore.Job[Local]) -> None:
-            got.append(job.payload)
+            pass
 
-    except (TypeError, NameError, alkstore.AlkstoreError):
-        return  # refusing the handler loudly is a fix too
-    store.queue("local").enqueue({"n": "not an int"})
-    drain(worker)
-    assert got == [], f"the handler got an undecoded payload: {got}"
-    assert store.queue("local").stats().dead == 1, "poison: it does not decode into Local"
+    with pytest.raises(alkstore.InvalidArgument, match=refused.replace("on_local", "async_local")):
+
+        @worker.handler("local")
+        async def async_local(job: alkstore.Job[Local]) -> None:
+            pass
+
+    assert worker.handlers == {}
 
 
-def test_a_worker_can_run_again(store: alkstore.Store) -> None:
+def test_a_worker_runs_again_after_run_returns(store: alkstore.Store) -> None:
+    """Decided (ADR 0008 addendum 2026-12-02): run() may be called again once it has
+    returned (a drain per cron tick, a restart after stop()); each run handles what is
+    there then."""
     worker = relay.Worker(store, poll=POLL)
     handled: list[int] = []
 
@@ -666,12 +674,38 @@ def test_a_worker_can_run_again(store: alkstore.Store) -> None:
     q.enqueue(1)
     drain(worker)
     q.enqueue(2)
-    try:
-        drain(worker)
-    except (RuntimeError, alkstore.AlkstoreError):
-        return  # refusing a second run loudly is a fix too
+    drain(worker)
     assert handled == [1, 2], f"the second run(once=True) handled {handled[1:]}"
+    with running(worker):  # a long run, stopped, and a drain after it
+        q.enqueue(3)
+        wait_until(lambda: handled == [1, 2, 3], "the third job")
+    q.enqueue(4)
+    drain(worker)
+    assert handled == [1, 2, 3, 4]
     assert empty(q)
+
+
+def test_a_second_run_while_one_runs_is_refused(store: alkstore.Store) -> None:
+    """Decided (ADR 0008 addendum 2026-12-02): one run() at a time per Worker; a second
+    concurrent call raises at once and leaves the running one alone."""
+    worker = relay.Worker(store, poll=POLL)
+    handled: list[int] = []
+
+    @worker.handler("single")
+    def single(job: alkstore.Job[int]) -> None:
+        handled.append(job.payload)
+
+    q = store.queue("single")
+    with running(worker):
+        q.enqueue(1)
+        wait_until(lambda: handled == [1], "the first job")
+        with pytest.raises(alkstore.AlkstoreError, match="already running"):
+            worker.run(once=True)
+        q.enqueue(2)
+        wait_until(lambda: handled == [1, 2], "a job after the refused run()")
+    q.enqueue(3)
+    drain(worker)
+    assert handled == [1, 2, 3] and empty(q)
 
 
 def test_per_job_log_records_carry_structured_fields(

@@ -20,7 +20,7 @@ INSERT INTO {ns}.jobs (queue, priority, visible_at, enqueued_at, expires_at, max
 VALUES (%(queue)s, %(priority)s, coalesce(%(run_at)s::bigint, {now} + %(delay_ms)s::bigint),
         {now}, coalesce(%(expires_at)s::bigint, {now} + %(expires_ms)s::bigint),
         coalesce(%(max_attempts)s,
-                 (SELECT max_attempts FROM {ns}.queues WHERE name = %(queue)s), 5),
+                 (SELECT max_attempts FROM {ns}.queues WHERE name = %(queue)s), {default_max_attempts}),
         %(backoff)s::jsonb, %(dedupe_key)s, %(type)s, %(key)s, %(position)s,
         %(headers)s::jsonb, %(payload)s::jsonb)
 RETURNING id
@@ -32,7 +32,7 @@ INSERT INTO {ns}.jobs (queue, priority, visible_at, enqueued_at, expires_at, max
 VALUES (%(queue)s, %(priority)s, coalesce(%(run_at)s::bigint, {now} + %(delay_ms)s::bigint),
         {now}, coalesce(%(expires_at)s::bigint, {now} + %(expires_ms)s::bigint),
         coalesce(%(max_attempts)s,
-                 (SELECT max_attempts FROM {ns}.queues WHERE name = %(queue)s), 5),
+                 (SELECT max_attempts FROM {ns}.queues WHERE name = %(queue)s), {default_max_attempts}),
         %(backoff)s::jsonb, %(dedupe_key)s, %(type)s, %(key)s, %(position)s,
         %(headers)s::jsonb, %(payload)s::jsonb)
 ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
@@ -219,10 +219,8 @@ DELETE FROM {ns}.dead_letters WHERE id IN (
 RETURNING id
 
 -- name: sweep_try_lock
-SELECT pg_try_advisory_lock(hashtext('alkstore'), hashtext('{ns}.sweep'))
-
--- name: sweep_unlock
-SELECT pg_advisory_unlock(hashtext('alkstore'), hashtext('{ns}.sweep'))
+-- Held until the end of the transaction that took it (alkstore/postgres/_engine.py).
+SELECT pg_try_advisory_xact_lock(hashtext('alkstore'), hashtext('{ns}.sweep'))
 
 -- name: dead_letters
 SELECT id, queue, priority, enqueued_at, attempts, max_attempts, type, key, position,
@@ -283,7 +281,7 @@ FROM j
 -- jobs hold (the keys are given only when a COPY found one taken). Never prepared
 -- (CUSTOM in _engine.py): a generic plan may scan the whole jobs table.
 SELECT {now},
-       coalesce((SELECT max_attempts FROM {ns}.queues WHERE name = %(queue)s), 5),
+       coalesce((SELECT max_attempts FROM {ns}.queues WHERE name = %(queue)s), {default_max_attempts}),
        (SELECT coalesce(jsonb_agg(dedupe_key), '[]')::text FROM {ns}.jobs
         WHERE queue = %(queue)s
           AND dedupe_key IN (SELECT jsonb_array_elements_text(%(keys)s::jsonb)))

@@ -42,7 +42,7 @@ FROM low, (SELECT set_config('jit', 'off', true)) AS no_jit
 WITH inserted AS (
     INSERT INTO {ns}.jobs (queue, priority, visible_at, enqueued_at, max_attempts,
                            type, key, position, headers, payload)
-    SELECT s.queue, 0, {now}, {now}, coalesce(q.max_attempts, 5),
+    SELECT s.queue, 0, {now}, {now}, coalesce(q.max_attempts, {default_max_attempts}),
            e.type, e.key, e.position, e.headers, e.payload
     FROM {ns}.subscriptions AS s
     JOIN {ns}.events AS e

@@ -19,7 +19,7 @@ INSERT INTO {ns}__jobs (queue, priority, visible_at, enqueued_at, expires_at, ma
                         backoff, dedupe_key, type, key, position, headers, payload)
 VALUES (:queue, :priority, coalesce(:run_at, {now} + :delay_ms), {now},
         coalesce(:expires_at, {now} + :expires_ms),
-        coalesce(:max_attempts, (SELECT max_attempts FROM {ns}__queues WHERE name = :queue), 5),
+        coalesce(:max_attempts, (SELECT max_attempts FROM {ns}__queues WHERE name = :queue), {default_max_attempts}),
         :backoff, :dedupe_key, :type, :key, :position, :headers, :payload)
 RETURNING id
 
@@ -29,7 +29,7 @@ INSERT INTO {ns}__jobs (queue, priority, visible_at, enqueued_at, expires_at, ma
                         backoff, dedupe_key, type, key, position, headers, payload)
 VALUES (:queue, :priority, coalesce(:run_at, {now} + :delay_ms), {now},
         coalesce(:expires_at, {now} + :expires_ms),
-        coalesce(:max_attempts, (SELECT max_attempts FROM {ns}__queues WHERE name = :queue), 5),
+        coalesce(:max_attempts, (SELECT max_attempts FROM {ns}__queues WHERE name = :queue), {default_max_attempts}),
         :backoff, :dedupe_key, :type, :key, :position, :headers, :payload)
 ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
@@ -256,7 +256,7 @@ FROM j
 -- default max_attempts, and those of the given dedupe keys (a JSON array) that live
 -- jobs hold (the keys are given only when an insert found one taken).
 SELECT {now},
-       coalesce((SELECT max_attempts FROM {ns}__queues WHERE name = :queue), 5),
+       coalesce((SELECT max_attempts FROM {ns}__queues WHERE name = :queue), {default_max_attempts}),
        (SELECT json_group_array(dedupe_key) FROM {ns}__jobs
         WHERE queue = :queue AND dedupe_key IN (SELECT value FROM json_each(:keys)))
 

@@ -39,7 +39,7 @@ FROM low
 -- batch (docs/adr/0011).
 INSERT INTO {ns}__jobs (queue, priority, visible_at, enqueued_at, max_attempts,
                         type, key, position, headers, payload)
-SELECT s.queue, 0, {now}, {now}, coalesce(q.max_attempts, 5),
+SELECT s.queue, 0, {now}, {now}, coalesce(q.max_attempts, {default_max_attempts}),
        e.type, e.key, e.position, e.headers, e.payload
 FROM {ns}__subscriptions AS s
 LEFT JOIN {ns}__queues AS q ON q.name = s.queue
