@@ -6,7 +6,7 @@ when the store has an injected clock (tests), else the database's own clock
 (ADR 0012: every ownership decision uses the database's time). Such fragments
 are defined once per engine as queries named `<name>_fragment` and fill `{<name>}`.
 `{default_max_attempts}` is DEFAULT_MAX_ATTEMPTS below: the one value both engines'
-queries and the Python code take a queue's default from (ADR 0006 addendum 2026-12-02).
+queries and the Python code take a queue's default from (ADR 0006 addendum 2026-12-01).
 Namespaces are validated identifiers (see `_config.check_name`), so the
 substitution cannot inject SQL; that is why the results are typed LiteralString
 (mypy treats LiteralString as str, so no cast is needed or possible here).

@@ -312,7 +312,7 @@ class PostgresEngine:
     def sweep_lock(self, now_ms: int | None) -> Iterator[bool]:
         """A transaction-level advisory lock, held by a transaction that does nothing else
         on its own pooled connection while the sweep's batches run on others: the end of
-        that transaction or of its session releases it (ADR 0006 addendum 2026-12-02)."""
+        that transaction or of its session releases it (ADR 0006 addendum 2026-12-01)."""
         with self.connection() as conn:
             with translate():
                 conn.begin()

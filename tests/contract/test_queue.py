@@ -296,7 +296,7 @@ def test_requeue_without_reset_gives_one_more_attempt(qstore: alkstore.Store) ->
 def test_requeue_leaves_dead_a_letter_whose_dedupe_key_a_live_job_holds(
     qstore: alkstore.Store,
 ) -> None:
-    """Decided (ADR 0006 addendum 2026-12-02): no error and no second live job with the
+    """Decided (ADR 0006 addendum 2026-12-01): no error and no second live job with the
     key; the letter stays dead, the count says it did not come back, the rest do."""
     q = qstore.queue("keyed_dlq")
     keyed = q.enqueue("first", dedupe_key="invoice-7", max_attempts=1)

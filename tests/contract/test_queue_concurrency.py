@@ -272,7 +272,7 @@ def test_threads_claim_each_job_exactly_once(
 
 # -- a lease shorter than the clock's resolution ----------------------------------------
 
-# Decided (ADR 0006 addendum 2026-12-02): a lease is whole milliseconds and at least one;
+# Decided (ADR 0006 addendum 2026-12-01): a lease is whole milliseconds and at least one;
 # a visibility or extend below 0.001 s is refused with InvalidArgument before anything is
 # written (not rounded: 0.0007 s is not 1 ms, 0.0004 s is not 0 ms). A 0 ms lease would
 # leave the job claimable, and a second claim at the same instant would get it too.

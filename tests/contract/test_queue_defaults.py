@@ -1,5 +1,5 @@
 """A queue's default max_attempts is one constant, applied alike by every path that makes
-a job (ADR 0006 addendum 2026-12-02): enqueue, enqueue with options or a dedupe key,
+a job (ADR 0006 addendum 2026-12-01): enqueue, enqueue with options or a dedupe key,
 tx.enqueue, small and bulk enqueue_many, relay-made jobs; a requeued job keeps its own."""
 
 from __future__ import annotations

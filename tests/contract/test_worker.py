@@ -635,7 +635,7 @@ def test_stop_is_prompt_when_idle(store: alkstore.Store) -> None:
 def test_an_unresolvable_payload_annotation_is_refused_at_registration(
     store: alkstore.Store,
 ) -> None:
-    """Decided (ADR 0008 addendum 2026-12-02): the handler is refused when it is
+    """Decided (ADR 0008 addendum 2026-12-01): the handler is refused when it is
     registered, with InvalidArgument naming it, and nothing is registered: a handler that
     cannot know its payload type never runs (never on an undecoded payload)."""
 
@@ -660,7 +660,7 @@ def test_an_unresolvable_payload_annotation_is_refused_at_registration(
 
 
 def test_a_worker_runs_again_after_run_returns(store: alkstore.Store) -> None:
-    """Decided (ADR 0008 addendum 2026-12-02): run() may be called again once it has
+    """Decided (ADR 0008 addendum 2026-12-01): run() may be called again once it has
     returned (a drain per cron tick, a restart after stop()); each run handles what is
     there then."""
     worker = relay.Worker(store, poll=POLL)
@@ -686,7 +686,7 @@ def test_a_worker_runs_again_after_run_returns(store: alkstore.Store) -> None:
 
 
 def test_a_second_run_while_one_runs_is_refused(store: alkstore.Store) -> None:
-    """Decided (ADR 0008 addendum 2026-12-02): one run() at a time per Worker; a second
+    """Decided (ADR 0008 addendum 2026-12-01): one run() at a time per Worker; a second
     concurrent call raises at once and leaves the running one alone."""
     worker = relay.Worker(store, poll=POLL)
     handled: list[int] = []

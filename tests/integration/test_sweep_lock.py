@@ -1,5 +1,5 @@
 """PostgreSQL's sweep lock is a transaction-level advisory lock (ADR 0006 addendum
-2026-12-02): the end of its transaction releases it, never a statement that has to run.
+2026-12-01): the end of its transaction releases it, never a statement that has to run.
 
 A session lock on a pooled connection stays held when its unlock does not run (the
 connection breaks, a pooler swaps the server connection) and then no process sweeps
