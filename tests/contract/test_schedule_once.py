@@ -62,7 +62,7 @@ def test_the_compare_and_set_alone_stops_a_runner_that_read_a_fired_boundary(
     run = engine.run
 
     def run_then_race(name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        rows = run(name, params)
+        rows: list[tuple[Any, ...]] = run(name, params)
         if name == "schedule_due":  # the stale runner has read T0 due; meanwhile:
             assert rows and sstore.fire_schedules() == 1  # another runner fires T0
             clock.advance(0.001)
