@@ -8,7 +8,7 @@ engines, with an InvalidArgument that says what to write instead; nothing is wri
   firings in minute 0 of every hour. The seconds field must be placed explicitly:
   `@seconds-first S M H DoM Mon DoW`.
 - A wrap-around range (`30-10 * * * *`): croniter read it as every minute.
-(ADR 0009, addendum 2026-12-02.)
+(ADR 0009, addendum "input that fires other than meant".)
 """
 
 from __future__ import annotations
