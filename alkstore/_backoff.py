@@ -1,14 +1,18 @@
-"""Backoff curves between attempts: Fixed, Linear, Exponential (with optional full jitter).
+"""Backoff curves between attempts: Fixed, Linear, Exponential (with optional jitter).
 
 The deterministic part of each curve is a tenacity wait strategy; jitter draws
 from a `random.Random` the caller passes, so schedules are reproducible under
-a seed. Curves are msgspec Structs, stored as JSON with the queue or the job.
+a seed. Exponential's jitter is "equal" by default (uniform between half the
+delay and the delay: a retry never comes sooner than half of it), or "full"
+(uniform between 0 and the delay). Curves are msgspec Structs, stored as JSON
+with the queue or the job. See docs/adr/0006-queue-semantics.md.
 """
 
 from __future__ import annotations
 
 import math
 import random
+from typing import Literal
 
 import msgspec
 import tenacity
@@ -24,20 +28,27 @@ def _check(name: str, value: float, *, positive: bool = False) -> None:
         raise _errors.InvalidArgument(f"{name} must be {bound}, got {value!r}")
 
 
+Jitter = Literal["equal", "full"]
+
+
 class _Curve(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
     def _wait(self) -> tenacity.wait.wait_base:
         raise NotImplementedError
 
     @property
-    def jittered(self) -> bool:
-        return False
+    def spread(self) -> Jitter | None:
+        """The jitter drawn around the curve's value: None (none), "equal" or "full"."""
+        return None
 
     def seconds(self, attempt: int, rng: random.Random | None = None) -> float:
         """Seconds to wait after failed attempt number `attempt` (1-based)."""
         state = tenacity.RetryCallState(tenacity.Retrying(), None, (), {})
         state.attempt_number = max(1, attempt)
         base = float(self._wait()(state))
-        if self.jittered:
+        spread = self.spread
+        if spread == "equal":  # never sooner than half the delay
+            return (rng or random).uniform(base / 2, base)
+        if spread == "full":
             return (rng or random).uniform(0.0, base)
         return base
 
@@ -73,12 +84,15 @@ class Linear(_Curve, frozen=True, tag="linear"):
 
 
 class Exponential(_Curve, frozen=True, tag="exponential"):
-    """initial * factor**(attempt-1), capped at max; with jitter, uniform in [0, that]."""
+    """initial * factor**(attempt-1), capped at max.
+
+    jitter: True or "equal" (the default): uniform between half that and that;
+    "full": uniform between 0 and that; False: exactly that."""
 
     initial: float = 1.0
     factor: float = 2.0
     max: float = 300.0
-    jitter: bool = True
+    jitter: bool | Jitter = True
 
     def __post_init__(self) -> None:
         _check("initial", self.initial, positive=True)
@@ -86,10 +100,18 @@ class Exponential(_Curve, frozen=True, tag="exponential"):
         if self.factor < 1:
             raise _errors.InvalidArgument(f"factor must be >= 1, got {self.factor!r}")
         _check("max", self.max)
+        if not isinstance(self.jitter, bool) and self.jitter not in ("equal", "full"):
+            raise _errors.InvalidArgument(
+                f'jitter must be True, False, "equal" or "full", got {self.jitter!r}'
+            )
+        if self.jitter == "equal":  # one spelling per curve: equal curves compare equal
+            msgspec.structs.force_setattr(self, "jitter", True)
 
     @property
-    def jittered(self) -> bool:
-        return self.jitter
+    def spread(self) -> Jitter | None:
+        if self.jitter is True:
+            return "equal"
+        return self.jitter or None
 
     def _wait(self) -> tenacity.wait.wait_base:
         return tenacity.wait_exponential(

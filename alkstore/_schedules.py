@@ -1,36 +1,31 @@
 """First-class schedules: cron or fixed intervals that append an event at each boundary.
 
-Boundary maths is pure (time passed in, epoch milliseconds); croniter does cron,
-zoneinfo does time zones. A firing is an append to the log, in one transaction
-with a unique (schedule, boundary) row and the schedule's compare-and-set
-advance, so each boundary fires once whatever number of runners tick. See
-docs/adr/0009-scheduler.md.
+Boundary maths is pure (time passed in, epoch milliseconds); croniter does cron
+(`_cron` says which expressions a schedule takes), zoneinfo does time zones.
+Firing (`_firing.tick`) is an append to the log, once per boundary whatever
+number of runners tick. See docs/adr/0009-scheduler.md.
 """
 
 from __future__ import annotations
 
 import builtins
-import logging
 import re
 from datetime import UTC, datetime
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
-from croniter import CroniterBadDateError, CroniterError, croniter
 
-from alkstore import _config, _engine, _errors, _events, _jobs, _queue
-
-log = logging.getLogger("alkstore.scheduler")
+from alkstore import _config, _cron, _engine, _errors, _events, _jobs, _queue
 
 CatchUp = Literal["latest", "all", "none"]
 MAX_CATCH_UP = 100  # catch_up="all" fires at most this many missed boundaries per tick
 ON_TIME_MS = 60_000  # catch_up="none": a boundary this recent (or half a period) still fires
-# The clock going back by more than this since a schedule's next_fire_at was set moves it to
-# the next boundary after now. A smaller step changes nothing: the boundaries in it were
-# handled when the clock first passed them; and a runner whose `now` is a little older than
-# another runner's advance does not take it for a clock going back.
-REWIND_MS = 1_000
+# The shortest interval a schedule takes (every=; a cron expression's finest field is
+# the second). A tick fires at most one boundary per schedule under catch_up="latest" and
+# the runner ticks about once a second: shorter intervals only skip boundaries and log
+# it, or under "all" append up to MAX_CATCH_UP events per tick. ADR 0009.
+MIN_EVERY_MS = 1_000
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _EVERY = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d)\s*)+")  # "1h 30m", not "30 s"
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -75,22 +70,22 @@ def parse_every(every: str | float) -> int:
     return ms
 
 
+def check_every(every: str | float) -> int:
+    """parse_every, refusing intervals shorter than MIN_EVERY_MS."""
+    ms = parse_every(every)
+    if ms < MIN_EVERY_MS:
+        raise _errors.InvalidArgument(
+            f"every must be at least {MIN_EVERY_MS // 1000}s (a schedule fires at most once "
+            f"a second), got {every!r}"
+        )
+    return ms
+
+
 def check_tz(tz: str) -> ZoneInfo:
     try:
         return ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError, TypeError) as exc:
         raise _errors.InvalidArgument(f"unknown time zone {tz!r}") from exc
-
-
-def check_cron(cron: str) -> str:
-    """A valid expression that matches some time (croniter accepts "0 0 30 2 *")."""
-    if not isinstance(cron, str) or not croniter.is_valid(cron):
-        raise _errors.InvalidArgument(f"invalid cron expression {cron!r}")
-    try:
-        croniter(cron, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
-    except (CroniterBadDateError, CroniterError) as exc:
-        raise _errors.InvalidArgument(f"cron expression {cron!r} never matches") from exc
-    return cron
 
 
 def _repeated(moment: datetime, zone: ZoneInfo) -> bool:
@@ -112,7 +107,7 @@ def next_after(cron: str | None, every_ms: int | None, tz: str, start_at: int, a
         return start_at + ((after - start_at) // every_ms + 1) * every_ms
     assert cron is not None
     zone = ZoneInfo(tz)
-    it = croniter(cron, datetime.fromtimestamp(after / 1000, UTC).astimezone(zone))
+    it = _cron.iterator(cron, datetime.fromtimestamp(after / 1000, UTC).astimezone(zone))
     while True:
         candidate: datetime = it.get_next(datetime)
         value = round(candidate.timestamp() * 1000)
@@ -130,7 +125,7 @@ def latest_at_or_before(
         return start_at + ((now - start_at) // every_ms) * every_ms
     assert cron is not None
     zone = ZoneInfo(tz)
-    it = croniter(cron, datetime.fromtimestamp((now + 1) / 1000, UTC).astimezone(zone))
+    it = _cron.iterator(cron, datetime.fromtimestamp((now + 1) / 1000, UTC).astimezone(zone))
     while True:
         candidate: datetime = it.get_prev(datetime)
         value = round(candidate.timestamp() * 1000)
@@ -170,7 +165,7 @@ _ROW = (
 ).split()
 
 
-def _schedule(row: tuple[Any, ...]) -> Schedule:
+def schedule_from_row(row: tuple[Any, ...]) -> Schedule:
     values = dict(zip(_ROW, row, strict=True))
     values["paused"] = bool(values["paused"])
     return Schedule(**values)
@@ -197,8 +192,6 @@ class Schedules:
         _config.check_name("schedule", name)
         if (cron is None) == (every_ms is None):
             raise _errors.InvalidArgument("give exactly one of cron= or every=")
-        if cron is not None:
-            check_cron(cron)
         check_tz(tz)
         if catch_up not in ("latest", "all", "none"):
             raise _errors.InvalidArgument(
@@ -249,8 +242,14 @@ class Schedules:
         catch_up: CatchUp = "latest",
         start_at: datetime | float | None = None,
     ) -> Schedule:
-        """Add a schedule; its first boundary is the first at or after now (or start_at)."""
-        every_ms = None if every is None else parse_every(every)
+        """Add a schedule; its first boundary is the first at or after now (or start_at).
+
+        every: at least 1 s. cron: five fields, a macro such as "@daily", or six with
+        the seconds first: "@seconds-first 0 * * * * *" (a bare six-field expression
+        is refused: schedulers disagree on where its seconds are)."""
+        every_ms = None if every is None else check_every(every)
+        if cron is not None:
+            _cron.check_cron(cron)
         params = self._params(
             name, cron, every_ms, self._encode(event), key, tz, catch_up, self._start_ms(start_at)
         )
@@ -270,7 +269,9 @@ class Schedules:
         if "cron" in changes or "every" in changes:
             cron = changes.get("cron")
             every = changes.get("every")
-            every_ms = None if every is None else parse_every(every)
+            every_ms = None if every is None else check_every(every)
+            if cron is not None:  # a stored one keeps its meaning (see _cron)
+                _cron.check_cron(cron)
         encoded = (current.event_type, current.payload)  # no need for the event class
         if "event" in changes:
             encoded = self._encode(changes["event"])
@@ -309,7 +310,7 @@ class Schedules:
     def get(self, name: str, *, upcoming: int = 5) -> Schedule:
         """The schedule with its next `upcoming` fire times."""
         s = self._require(self._engine.run("schedule_get", {"name": name}), name)
-        schedule = _schedule(s[0])
+        schedule = schedule_from_row(s[0])
         times, b = [], schedule.next_fire_at
         for _ in range(upcoming):
             times.append(_jobs.from_ms(b))
@@ -317,111 +318,10 @@ class Schedules:
         return msgspec.structs.replace(schedule, next_fires=times)
 
     def list(self) -> builtins.list[Schedule]:
-        return [_schedule(row) for row in self._engine.run("schedule_list", {})]
+        return [schedule_from_row(row) for row in self._engine.run("schedule_list", {})]
 
     @staticmethod
     def _require(rows: builtins.list[tuple[Any, ...]], name: str) -> builtins.list[tuple[Any, ...]]:
         if not rows:
             raise _errors.InvalidArgument(f"no schedule named {name!r}")
         return rows
-
-
-def rewound(schedule: Schedule, now: int) -> int | None:
-    """The first boundary at or after now (and start_at) if next_fire_at lies beyond it.
-
-    next_fire_at was set when the clock read later than now: the clock went back since
-    (a jump the database's clock made, or an injected one). Waiting for next_fire_at
-    would silence the schedule until the clock caught up again; it resumes here instead.
-    A boundary fired while the clock was ahead does not fire again: its (schedule,
-    boundary) row is still there. None: next_fire_at is not beyond it (e.g. start_at).
-    """
-    spec = (schedule.cron, schedule.every_ms, schedule.tz, schedule.start_at)
-    earlier = next_after(*spec, max(now, schedule.start_at) - 1)
-    return earlier if earlier < schedule.next_fire_at else None
-
-
-def tick(rt: _queue.Runtime, lease: Any = None, limit: int = 100) -> int:
-    """Fire every due boundary of every schedule (one transaction per schedule).
-
-    Returns the number of events appended. Safe from any number of runners: the
-    advance is a compare-and-set on next_fire_at and each (schedule, boundary) is a
-    unique row, both in the transaction that appends the events; with a lease, its
-    fencing token is checked there too. `now` is the database's clock (or the
-    injected one): no boundary later than it fires, and schedules whose next_fire_at
-    was set when the clock read later than now (it went back) resume at the next
-    boundary after now.
-    """
-    engine = rt.engine
-    now = rt.now_ms()
-    fired = 0
-    params = {"now": now, "limit": limit, "rewind_ms": REWIND_MS}
-    for row in engine.run("schedule_due", params):
-        schedule, set_at = _schedule(row[:-1]), int(row[-1])
-        expected = schedule.next_fire_at
-        if set_at > now + REWIND_MS and (earlier := rewound(schedule, now)) is not None:
-            log.warning(
-                "schedule %s: the clock went back %d ms; next boundary %s, not %s",
-                schedule.name,
-                set_at - now,
-                _jobs.from_ms(earlier).isoformat(),
-                _jobs.from_ms(expected).isoformat(),
-            )
-            schedule = msgspec.structs.replace(schedule, next_fire_at=earlier)
-        due: list[int] = []
-        upcoming, skipped = schedule.next_fire_at, 0
-        if schedule.next_fire_at <= now:  # not when rewound, or only re-stamped, to the future
-            due, upcoming, skipped = plan(schedule, now)
-        if skipped:
-            what = f"more than {MAX_CATCH_UP}" if skipped < 0 else str(skipped)
-            log.warning(
-                "schedule %s: skipped %s missed boundaries (catch_up=%s)",
-                schedule.name,
-                what,
-                schedule.catch_up,
-            )
-        with engine.transaction() as conn:
-            if lease is not None and not lease.renew(conn):
-                raise _errors.AlkstoreError("scheduler lease lost; stopping this tick")
-            advanced = engine.run_in(
-                conn,
-                "schedule_advance",
-                {
-                    "name": schedule.name,
-                    "expected": expected,
-                    "next_fire_at": upcoming,
-                    "last_fired": due[-1] if due else None,
-                    "now": now,
-                },
-            )
-            if not advanced:
-                continue  # another runner fired it, or it was changed meanwhile
-            rows = []
-            for boundary in due:
-                if engine.run_in(
-                    conn,
-                    "schedule_fired",
-                    {"name": schedule.name, "boundary": boundary, "now": now},
-                ):
-                    headers = {
-                        "alkstore-schedule": schedule.name,
-                        "alkstore-boundary": _jobs.from_ms(boundary).isoformat(),
-                    }
-                    encoded = _events.codec.encode_value(headers).decode()
-                    rows.append((schedule.event_type, schedule.key, encoded, schedule.payload))
-            if rows:
-                engine.insert_events(conn, rows)
-        if rows:
-            engine.committed()
-            fired += len(rows)
-    return fired
-
-
-def next_due(rt: _queue.Runtime) -> int | None:
-    """Epoch ms of the earliest boundary of any active schedule."""
-    value = rt.engine.run("schedule_next", {})[0][0]
-    return None if value is None else int(value)
-
-
-def prune_firings(rt: _queue.Runtime, older_than: float = 7 * 86_400) -> None:
-    before = rt.now_ms() - int(older_than * 1000)
-    rt.engine.run("schedule_prune_firings", {"before": before})

@@ -14,6 +14,7 @@ from alkstore import (
     _engine,
     _errors,
     _events,
+    _firing,
     _jobs,
     _leases,
     _queue,
@@ -232,15 +233,15 @@ class Store:
 
     def fire_schedules(self, lease: _routing.Lease | None = None) -> int:
         """Fire every due schedule boundary once (the scheduler runner's tick)."""
-        return _schedules.tick(self._runtime, lease)
+        return _firing.tick(self._runtime, lease)
 
     def prune_schedule_firings(self, older_than: float = 7 * 86_400) -> None:
         """Forget which boundaries fired more than `older_than` seconds ago."""
-        _schedules.prune_firings(self._runtime, older_than)
+        _firing.prune_firings(self._runtime, older_than)
 
     def next_schedule_due(self) -> float | None:
         """Seconds (store clock) until the next schedule boundary; None if none is active."""
-        due = _schedules.next_due(self._runtime)
+        due = _firing.next_due(self._runtime)
         return None if due is None else (due - self._runtime.now_ms()) / 1000
 
     def prune_log(self, older_than: float) -> int:

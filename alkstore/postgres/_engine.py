@@ -335,20 +335,27 @@ class PostgresEngine:
     def _listen(self) -> None:
         """LISTEN on the namespace channel; fire the wake on every notification."""
         wait = tenacity.wait_random_exponential(multiplier=0.05, max=5)
+        trouble = _wake.Trouble("PostgreSQL LISTEN")
         attempt = 0
         while not self._closed.is_set():
             try:
                 with psycopg.connect(self._conninfo, autocommit=True) as conn:
                     conn.execute(self._q["listen"])
                     attempt = 0
+                    trouble.recovered()
                     self._wake.fire()  # anything may have happened while we were away
                     while not self._closed.is_set():
                         for _ in conn.notifies(timeout=LISTEN_POLL):
                             self._wake.fire()
-            except psycopg.Error:
+            except psycopg.Error as exc:
                 attempt += 1
                 self._wake.fire()
-                self._closed.wait(wait(_retry_state(attempt)))
+                delay = wait(_retry_state(attempt))
+                if not self._closed.is_set():
+                    trouble.failed(
+                        exc, f"reconnecting in {delay:.2f} s; consumers re-poll meanwhile"
+                    )
+                self._closed.wait(delay)
 
     def close(self) -> None:
         """Stop the threads and close idle connections, in at most about CLOSE_WAIT s.

@@ -17,6 +17,8 @@ import psycopg
 from psycopg import pq
 from psycopg.pq import TransactionStatus
 
+from alkstore import _wake
+
 WATCH_POLL = 0.001  # seconds between checks of caller-owned connections' transactions
 NOTIFY_GAP = 0.005  # at most one NOTIFY per this many seconds (a lone commit: at once)
 REARM = 0.02  # re-announce a caller-owned connection still in a transaction this often
@@ -44,6 +46,7 @@ class Notifier:
         # [weakref, first seen, last announced]
         self._watched: dict[int, list[Any]] = {}
         self._lock = threading.Lock()
+        self._trouble = _wake.Trouble("PostgreSQL NOTIFY")
         self._thread = threading.Thread(target=self._run, name="alkstore-pg-notify", daemon=True)
         self._thread.start()
         _notifiers.add(self)
@@ -134,18 +137,24 @@ class Notifier:
 
         A connection found broken (the server restarted, or an operator terminated
         it) is replaced at once and the NOTIFY sent again, so the commit that found
-        it broken still wakes its listeners."""
+        it broken still wakes its listeners. Failures are logged (`_wake.Trouble`)."""
         for _ in range(2):
+            cause: BaseException | str
             try:
                 if conn is None or conn.closed:
                     conn = psycopg.connect(self._conninfo, autocommit=True)
                     # NOTIFY assigns an xid, so it commits: a hint needs no WAL flush
                     conn.execute("SET synchronous_commit TO off")
                 # libpq directly (it releases the GIL): a third of a psycopg execute's CPU
-                if conn.pgconn.exec_(self._query).status == pq.ExecStatus.TUPLES_OK:
+                result = conn.pgconn.exec_(self._query)
+                if result.status == pq.ExecStatus.TUPLES_OK:
+                    self._trouble.recovered()
                     return conn
-            except psycopg.Error:
-                pass
+                message = result.error_message.decode("utf-8", "replace")
+                cause = message or f"NOTIFY ended with status {result.status}"
+            except psycopg.Error as exc:
+                cause = exc
+            self._trouble.failed(cause, "reconnecting; listeners re-poll until a NOTIFY is sent")
             if conn is not None:
                 conn.close()
             conn = None

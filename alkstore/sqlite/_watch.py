@@ -6,8 +6,10 @@ connection then confirms that another connection really committed (a rolled-back
 transaction that spilled pages to the WAL changes nothing). The frames are
 written just before the commit is published, so after a write the watcher keeps
 checking data_version every millisecond for HOT_WINDOW. Idle cost is one
-blocked select(2). Where inotify is not available the watcher falls back to
-checking data_version every millisecond.
+blocked poll(2) (not select(2), which fails on descriptors >= 1024). Where inotify
+is not available the watcher falls back to checking data_version every
+millisecond (on Linux, with a warning: it costs CPU while idle). A failing check
+is logged at WARNING and retried with backoff; consumers re-poll meanwhile.
 """
 
 from __future__ import annotations
@@ -23,31 +25,38 @@ from collections.abc import Callable
 
 import apsw
 
+from alkstore import _wake
+
 POLL_INTERVAL = 0.001  # fallback: seconds between data_version checks
 SAFETY_INTERVAL = 0.25  # with inotify: confirm data_version at least this often
 # WAL frames are written before the commit is published in the shared index, so
 # after a write we keep checking data_version every POLL_INTERVAL for a while.
 HOT_WINDOW = 0.05
+RETRY = (0.05, 5.0)  # seconds: first and longest wait before checking again after a failure
 _IN_MODIFY = 0x00000002
 _IN_NONBLOCK = 0o4000
 _IN_CLOEXEC = 0o2000000
 
 
 def _inotify_fd(path: str) -> int | None:
-    """An inotify descriptor watching `path` for writes, or None where unsupported."""
+    """An inotify descriptor watching `path` for writes; None where inotify does not
+    exist; OSError (with the cause) where it fails."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
-        if fd < 0:
-            return None
-        if libc.inotify_add_watch(fd, os.fsencode(path), _IN_MODIFY) < 0:
-            os.close(fd)
-            return None
-        return int(fd)
+        init, add_watch = libc.inotify_init1, libc.inotify_add_watch
     except (OSError, AttributeError):
         return None
+    fd = init(_IN_NONBLOCK | _IN_CLOEXEC)
+    if fd < 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))
+    if add_watch(fd, os.fsencode(path), _IN_MODIFY) < 0:
+        errno = ctypes.get_errno()
+        os.close(fd)
+        raise OSError(errno, os.strerror(errno))
+    return int(fd)
 
 
 class Watcher:
@@ -74,31 +83,60 @@ class Watcher:
         os.close(self._stop_w)
 
     def _run(self) -> None:
-        conn = self._conn
         try:
-            last = self._baseline
-            fd = _inotify_fd(self._path + "-wal")
-            hot_until = 0.0
+            fd = self._inotify()
             try:
-                while not self._stop.is_set():
-                    if fd is None:
-                        self._stop.wait(POLL_INTERVAL)
-                    else:
-                        hot = time.monotonic() < hot_until
-                        timeout = POLL_INTERVAL if hot else SAFETY_INTERVAL
-                        ready = select.select([fd, self._stop_r], [], [], timeout)[0]
-                        if fd in ready:
-                            _drain(fd)
-                            hot_until = time.monotonic() + HOT_WINDOW
-                    now = _data_version(conn)
-                    if now != last:
-                        last = now
-                        self._fire()
+                self._loop(fd)
             finally:
                 if fd is not None:
                     os.close(fd)
         finally:
-            conn.close()
+            self._conn.close()
+
+    def _inotify(self) -> int | None:
+        try:
+            return _inotify_fd(self._path + "-wal")
+        except OSError as exc:
+            _wake.log.warning(
+                "SQLite wake: no inotify watch on %s-wal (%s); checking data_version every "
+                "%g ms instead, which costs CPU while idle",
+                self._path,
+                exc.strerror,
+                POLL_INTERVAL * 1000,
+            )
+            return None
+
+    def _loop(self, fd: int | None) -> None:
+        trouble = _wake.Trouble(f"SQLite wake watcher on {self._path}")
+        poller = None
+        if fd is not None:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            poller.register(self._stop_r, select.POLLIN)
+        last = self._baseline
+        hot_until = 0.0
+        retry = RETRY[0]
+        while not self._stop.is_set():
+            try:
+                if fd is None or poller is None:
+                    self._stop.wait(POLL_INTERVAL)
+                else:
+                    hot = time.monotonic() < hot_until
+                    timeout = POLL_INTERVAL if hot else SAFETY_INTERVAL
+                    if any(ready == fd for ready, _ in poller.poll(timeout * 1000)):
+                        _drain(fd)
+                        hot_until = time.monotonic() + HOT_WINDOW
+                now = _data_version(self._conn)
+            except Exception as exc:  # apsw.Error, OSError: keep watching, say so
+                trouble.failed(exc, f"checking again in {retry:g} s; consumers re-poll meanwhile")
+                self._stop.wait(retry)
+                retry = min(retry * 2, RETRY[1])
+                continue
+            retry = RETRY[0]
+            trouble.recovered()
+            if now != last:
+                last = now
+                self._fire()
 
 
 def _data_version(conn: apsw.Connection) -> int:

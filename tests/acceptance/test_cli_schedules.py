@@ -236,7 +236,7 @@ def test_never_matching_cron_is_a_clear_error(backend: Backend, migrated: alksto
 def test_scheduler_command_fires_schedules_until_sigterm(
     backend: Backend, migrated: alkstore.Store, tmp_path: Path
 ) -> None:
-    ok(backend, "schedules", "add", "beat", "--every", "0.5s", "--catch-up", "all", *ADD_EVENT)
+    ok(backend, "schedules", "add", "beat", "--every", "1s", "--catch-up", "all", *ADD_EVENT)
     args = ["--db", backend.url, "--namespace", backend.namespace, "--lease-ttl", "1"]
     scheduler = CliProcess("scheduler", args, tmp_path / "scheduler.log")
     try:
@@ -254,7 +254,7 @@ def test_scheduler_command_fires_schedules_until_sigterm(
     assert {e.headers["alkstore-schedule"] for e in entries} == {"beat"}
     assert all(e.payload == OrderPlaced(order_id=1) for e in entries)
     boundaries = [datetime.fromisoformat(e.headers["alkstore-boundary"]) for e in entries]
-    assert [b - a for a, b in pairwise(boundaries)] == [timedelta(milliseconds=500)] * (
+    assert [b - a for a, b in pairwise(boundaries)] == [timedelta(seconds=1)] * (
         len(boundaries) - 1
     )
     # the lease was released on SIGTERM
@@ -263,3 +263,32 @@ def test_scheduler_command_fires_schedules_until_sigterm(
     # and `events tail` shows the headers
     tail = ok(backend, "events", "tail")
     assert len(tail) == len(entries) and "alkstore-schedule" in tail[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--every", "1ms"], "alkstore: every must be at least 1s"),
+        (["--every", "0.5s"], "alkstore: every must be at least 1s"),
+        (["--cron", "0 * * * * *"], "or mark the seconds as first: '@seconds-first 0 * * * * *'"),
+        (["--cron", "30-10 * * * *"], "wraps around; write '30-59,0-10 * * * *'"),
+    ],
+)
+def test_refused_schedules_say_what_to_write_instead(
+    backend: Backend, migrated: alkstore.Store, args: list[str], message: str
+) -> None:
+    err = fails(backend, "schedules", "add", "s", *args, *ADD_EVENT)
+    assert err.startswith(message) if message.startswith("alkstore:") else message in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert migrated.schedules.list() == []
+
+
+def test_seconds_first_cron_from_the_cli(backend: Backend, migrated: alkstore.Store) -> None:
+    cron = "@seconds-first 0 * * * * *"  # honker's every minute
+    out = ok(backend, "schedules", "add", "m", "--cron", cron, *ADD_EVENT)
+    assert out[0] == "added m"
+    _name, spec, _tz, _type, state = parse_row(out[1])
+    assert spec == cron
+    times = next_times(state)
+    assert all(t.second == 0 for t in times)
+    assert [b - a for a, b in pairwise(times)] == [timedelta(minutes=1)] * 2

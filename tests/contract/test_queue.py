@@ -189,8 +189,8 @@ def test_exponential_jitter_is_reproducible_under_a_seed(
     first = schedule(1)
     assert first == schedule(1)
     assert first != schedule(2)
-    caps = [1000 * min(60, 2**i) for i in range(5)]  # full jitter: within [0, curve]
-    assert all(0 <= wait <= cap + 1 for wait, cap in zip(first, caps, strict=True))
+    caps = [1000 * min(60, 2**i) for i in range(5)]  # equal jitter: within [curve/2, curve]
+    assert all(cap // 2 <= wait <= cap + 1 for wait, cap in zip(first, caps, strict=True))
 
 
 def _next_visible_ms(q: alkstore.Queue, clock: Clock) -> int:
@@ -523,3 +523,21 @@ def test_a_queue_object_picks_up_defaults_changed_elsewhere(
     mine.enqueue("x")
     job = mine.claim()
     assert job is not None and job.lease_ms == 7_000
+
+
+def test_a_retry_on_the_default_curve_waits_at_least_half_its_delay(
+    qstore: alkstore.Store, clock: Clock
+) -> None:
+    """Case 19 of issue 14: with full jitter, 6 of 10 first retries were claimable within
+    0.5 s of the failure. Equal jitter (the default) waits between 0.5 and 1 s."""
+    q = qstore.queue("half")
+    qstore.random.seed(19)
+    waits = []
+    for i in range(10):
+        q.enqueue(f"job-{i}")
+        job = q.claim(visibility=1000)
+        assert job is not None
+        job.retry(error="boom")
+        waits.append(_next_visible_ms(q, clock))
+        assert q.claim() is not None  # out of the way of the next one
+    assert all(500 <= wait <= 1000 for wait in waits), waits

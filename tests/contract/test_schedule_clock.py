@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 import alkstore
-from alkstore._schedules import REWIND_MS, CatchUp
+from alkstore._firing import REWIND_MS
+from alkstore._schedules import CatchUp
 from tests.clock import Clock
 from tests.conftest import Backend
 from tests.events import OrderPlaced

@@ -80,3 +80,41 @@ def test_every_listener_sees_each_wake(store: alkstore.Store) -> None:
     with store.transaction() as tx:
         tx.append(OrderPlaced(order_id=1))
     assert first.wait(5.0) and second.wait(5.0)
+
+
+WAKE_WITH_HIGH_FDS = """
+import os, resource, sys, alkstore
+from tests.events import OrderPlaced
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+if soft < 2048:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (2048, hard))
+held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]  # every new fd is >= 1100
+store = alkstore.connect(sys.argv[1], namespace=sys.argv[2])
+listener = store.listen()
+listener.wait(1.0)
+while listener.wait(0.05):
+    pass
+other = alkstore.connect(sys.argv[1], namespace=sys.argv[2])
+with other.transaction() as tx:
+    tx.append(OrderPlaced(order_id=1))
+print("woke" if listener.wait(5.0) else "no wake", flush=True)
+other.close()
+store.close()
+"""
+
+
+def test_a_listener_wakes_when_its_descriptors_are_above_1024(
+    store: alkstore.Store, backend: Backend
+) -> None:
+    """select() fails on a descriptor >= 1024 (a busy server process has that many open);
+    the wake sources wait with poll()."""
+    child = subprocess.run(
+        [sys.executable, "-c", WAKE_WITH_HIGH_FDS, backend.url, backend.namespace],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == "woke", child.stderr
+    assert "Traceback" not in child.stderr, child.stderr

@@ -35,7 +35,7 @@ LATE = 1.5  # seconds a boundary may fire late (poll <= lease ttl / 3, a loaded 
 START_WAIT = 30.0  # a subprocess may start slowly on a busy machine
 SCHEDULES: dict[str, dict[str, Any]] = {
     "second": {"every": "1s", "catch_up": "all"},  # the worst case: up to 100 per tick
-    "tick": {"cron": "* * * * * *", "catch_up": "latest"},  # croniter's seconds field
+    "tick": {"cron": "@seconds-first * * * * * *", "catch_up": "latest"},  # a seconds field
 }
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ .*scheduler is active", re.M)
 

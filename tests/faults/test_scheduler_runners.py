@@ -42,10 +42,10 @@ PHASE = float(os.environ.get("ALKSTORE_SOAK_PHASE", "5"))
 OUTAGE = 3.0  # seconds with no runner at all
 FINAL = 6.0  # seconds the relay + scheduler mix runs
 SCHEDULES: dict[str, dict[str, Any]] = {
-    "half": {"every": "0.5s"},
     "second": {"every": "1s"},
-    "odd": {"every": "0.7s"},
-    "tick": {"cron": "* * * * * *", "tz": "Europe/Berlin"},  # croniter's seconds field
+    "odd": {"every": "1.3s"},
+    "longer": {"every": "1.5s"},
+    "tick": {"cron": "@seconds-first * * * * * *", "tz": "Europe/Berlin"},  # a seconds field
 }
 
 
@@ -228,7 +228,7 @@ def test_runners_killed_and_restarted_fire_every_boundary_exactly_once(
         outage = (outage_start + 0.5) * 1000, (outage_start + OUTAGE) * 1000
         assert any(outage[0] < b < outage[1] for b in got), f"{name}: outage not refilled"
     period = {n: b - a for n, got in fired.items() for a, b in pairwise(got[:2])}
-    assert period == {"half": 500, "second": 1_000, "odd": 700, "tick": 1_000}
+    assert period == {"second": 1_000, "odd": 1_300, "longer": 1_500, "tick": 1_000}
 
 
 def test_an_idle_active_scheduler_keeps_its_lease(backend: Backend, store: alkstore.Store) -> None:

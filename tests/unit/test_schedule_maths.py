@@ -16,12 +16,12 @@ from zoneinfo import ZoneInfo
 import pytest
 
 import alkstore
+from alkstore._cron import check_cron
 from alkstore._schedules import (
     MAX_CATCH_UP,
     ON_TIME_MS,
     CatchUp,
     Schedule,
-    check_cron,
     check_tz,
     latest_at_or_before,
     next_after,
