@@ -7,6 +7,7 @@ from alkstore._engine import Engine, LogEntry
 from alkstore._errors import (
     AlkstoreError,
     ConfigurationError,
+    DatabaseBusy,
     DuplicateEventType,
     DuplicateJob,
     EventError,
@@ -36,6 +37,7 @@ __all__ = [
     "Attempt",
     "Backoff",
     "ConfigurationError",
+    "DatabaseBusy",
     "DeadLetter",
     "DuplicateEventType",
     "DuplicateJob",

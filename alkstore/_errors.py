@@ -84,6 +84,23 @@ class StorageError(AlkstoreError):
     """The database refused an operation."""
 
 
+class DatabaseBusy(StorageError):
+    """The database is busy: another transaction holds a lock this one needs (SQLite's
+    "database is locked", PostgreSQL's lock timeout, serialization failure or deadlock).
+
+    Transient, and nothing of the failed transaction is kept: roll it back and run it
+    again. alkstore's own transactions wait and retry on their own; this reaches code
+    that appends on a connection it owns (`alkstore.append`), whose busy timeout is its
+    own."""
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(
+            f"database busy ({detail}): roll the transaction back and run it again "
+            "(a transient error; retry it)"
+        )
+
+
 class NotMigrated(StorageError):
     """alkstore's tables are missing or out of date: run `store.migrate()` or `alkstore migrate`."""
 

@@ -46,6 +46,13 @@ _MISSING = (
     psycopg.errors.InvalidSchemaName,
 )
 _MISSING_STATES = {"42P01", "42883", "3F000"}
+# lock_not_available (lock_timeout, NOWAIT), serialization_failure, deadlock_detected
+_BUSY = (
+    psycopg.errors.LockNotAvailable,
+    psycopg.errors.SerializationFailure,
+    psycopg.errors.DeadlockDetected,
+)
+_BUSY_STATES = {"55P03", "40001", "40P01"}
 _DROPS_STATEMENTS = re.compile(r"^(?:DROP|ALTER|ROLLBACK|DISCARD ALL|DEALLOCATE)\b").match
 _OK = pq.ExecStatus.COMMAND_OK
 _SYNC = pq.ExecStatus.PIPELINE_SYNC
@@ -58,6 +65,8 @@ PIPELINED = psycopg.capabilities.has_pipeline() and psycopg.capabilities.has_sen
 def translated(exc: psycopg.Error) -> _errors.AlkstoreError:
     if isinstance(exc, _MISSING):
         return _errors.NotMigrated()
+    if isinstance(exc, _BUSY):
+        return _errors.DatabaseBusy(f"{type(exc).__name__}: {exc}")
     return _errors.StorageError(f"{type(exc).__name__}: {exc}")
 
 
@@ -75,6 +84,8 @@ def _result_error(result: pq.abc.PGresult) -> _errors.AlkstoreError:
     if state in _MISSING_STATES:
         return _errors.NotMigrated()
     message = result.error_message.decode("utf-8", "replace").strip()
+    if state in _BUSY_STATES:
+        return _errors.DatabaseBusy(f"{message} (SQLSTATE {state})")
     return _errors.StorageError(f"{message} (SQLSTATE {state})")
 
 

@@ -400,7 +400,10 @@ def _table_exists(conn: apsw.Connection, table: str) -> bool:
 
 
 def _storage_error(conn: apsw.Connection, namespace: str, exc: apsw.Error) -> _errors.AlkstoreError:
-    """The alkstore error for an apsw error (a missing table means not migrated)."""
+    """The alkstore error for an apsw error (a missing table means not migrated; a busy
+    database is DatabaseBusy, which says the transaction can be retried)."""
+    if isinstance(exc, apsw.BusyError):
+        return _errors.DatabaseBusy(str(exc))
     if isinstance(exc, apsw.SQLError):
         tables = (f"{namespace}__events", f"{namespace}__jobs")
         if not all(_table_exists(conn, table) for table in tables):
