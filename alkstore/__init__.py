@@ -21,6 +21,7 @@ from alkstore._errors import (
     PayloadTooLarge,
     QueueError,
     StorageError,
+    TransactionOpen,
     UnknownEventType,
 )
 from alkstore._events import Event
@@ -77,6 +78,7 @@ __all__ = [
     "Subscription",
     "SweepResult",
     "Transaction",
+    "TransactionOpen",
     "UnknownEventType",
     "append",
     "append_many",

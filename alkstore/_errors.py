@@ -80,6 +80,12 @@ class NotInTransaction(AlkstoreError):
     """Appending needs an open transaction on the connection; alkstore never autocommits."""
 
 
+class TransactionOpen(AlkstoreError):
+    """A store transaction is open on this thread: inside `with store.transaction() as tx:`
+    use tx.append, tx.enqueue and tx.connection; any other call of the same store would
+    run in a transaction of its own (docs/adr/0016)."""
+
+
 class StorageError(AlkstoreError):
     """The database refused an operation."""
 

@@ -84,6 +84,7 @@ class PostgresEngine:
         self._closed = threading.Event()
         self._listener: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._in_tx = threading.local()  # .open: a store transaction on this thread
         with self._pool.connection() as conn:
             key = _notify.conn_key(namespace, conn)
         self.notifier = _notify.Notifier(self._conninfo, self._q["notify"], self._closed, key)
@@ -109,9 +110,12 @@ class PostgresEngine:
 
     @contextmanager
     def connection(self) -> Iterator[_conn.Connection]:
-        """A pooled autocommit connection."""
+        """A pooled autocommit connection, outside a store transaction on this thread
+        (inside one the store is used through `tx`: docs/adr/0016)."""
         if self._closed.is_set():
             raise _errors.AlkstoreError("the store is closed")
+        if getattr(self._in_tx, "open", False):
+            raise _errors.TransactionOpen()
         with self._pool.connection() as conn:
             yield conn
 
@@ -121,17 +125,22 @@ class PostgresEngine:
 
         Errors of the application's own statements pass through unchanged; a failing
         BEGIN or COMMIT (or event INSERT) is a StorageError or NotMigrated, and a
-        failing ROLLBACK never hides the exception that caused it."""
+        failing ROLLBACK never hides the exception that caused it. Until it ends, the
+        engine's other calls on this thread raise TransactionOpen (docs/adr/0016)."""
         with self.connection() as conn:
             with translate():
                 conn.begin()
+            self._in_tx.open = True
             try:
-                yield conn
-            except BaseException:
-                conn.rollback_store()
-                raise
-            with translate():
-                conn.commit_store()
+                try:
+                    yield conn
+                except BaseException:
+                    conn.rollback_store()
+                    raise
+                with translate():
+                    conn.commit_store()
+            finally:
+                self._in_tx.open = False
 
     def committed(self) -> None:
         """Our own transaction committed something: wake listeners everywhere."""
@@ -229,6 +238,8 @@ class PostgresEngine:
         # The PREPARED ones skip psycopg's execute and go to libpq (_prepared).
         if self._closed.is_set():
             raise _errors.AlkstoreError("the store is closed")
+        if getattr(self._in_tx, "open", False):
+            raise _errors.TransactionOpen()
         conn = self._pool.get()
         try:
             statement = self._prepared.get(name)
@@ -297,7 +308,10 @@ class PostgresEngine:
             raise _translated(exc) from exc
 
     def now_ms(self) -> int:
-        with self.connection() as conn, translate():
+        """The server's clock (allowed inside a store transaction: it reads no table)."""
+        if self._closed.is_set():
+            raise _errors.AlkstoreError("the store is closed")
+        with self._pool.connection() as conn, translate():
             row = conn.execute(self._q["db_now"], {"now": None}).fetchone()
             assert row is not None
             return int(row[0])

@@ -128,6 +128,15 @@ class SqliteEngine:
             conn = self._local.conn = self._open()
         yield conn
 
+    @contextmanager
+    def _idle(self) -> Iterator[apsw.Connection]:
+        """This thread's connection for a read of our tables, outside a store transaction
+        (inside one the store is used through `tx`: docs/adr/0016)."""
+        with self._connection() as conn:
+            if conn.in_transaction:
+                raise _errors.TransactionOpen()
+            yield conn
+
     def transaction(self) -> AbstractContextManager[apsw.Connection]:
         """BEGIN IMMEDIATE ... COMMIT. On this thread's open connection to a file (the
         hot path of `store.transaction()`), a plain context manager: no generators."""
@@ -140,7 +149,7 @@ class SqliteEngine:
     def _transaction(self) -> Iterator[apsw.Connection]:
         with self._connection() as conn:
             if conn.in_transaction:
-                raise _errors.AlkstoreError("a store transaction is already open on this thread")
+                raise _errors.TransactionOpen()
             if self.gate.waiting:
                 self.gate.hold(_busy.BUSY_TIMEOUT)
             _busy.execute(conn, "BEGIN IMMEDIATE")
@@ -182,7 +191,7 @@ class SqliteEngine:
 
     def ddl(self, *, pending_only: bool) -> str:
         if pending_only:
-            with self._connection() as conn:
+            with self._idle() as conn:
                 todo = self._pending(conn)
         else:
             todo = _sql.migrations(_PACKAGE, self._namespace)
@@ -204,7 +213,7 @@ class SqliteEngine:
 
     def read(self, after: int, limit: int) -> list[_engine.LogEntry]:
         decode_headers = _events.codec.decode_headers
-        with self._connection() as conn, _translate(conn, self._namespace):
+        with self._idle() as conn, _translate(conn, self._namespace):
             cursor = conn.execute(self._q["read_events"], (after, limit))
             return [
                 _engine.LogEntry(pos, typ, key, decode_headers(hdr), payload, _datetime(at))
@@ -212,7 +221,7 @@ class SqliteEngine:
             ]
 
     def head(self) -> int:
-        with self._connection() as conn, _translate(conn, self._namespace):
+        with self._idle() as conn, _translate(conn, self._namespace):
             value = conn.execute(self._q["head"]).fetchall()[0][0]
             assert isinstance(value, int)
             return value
@@ -234,7 +243,7 @@ class SqliteEngine:
                 return self.run_in(conn, name, params)
         conn = local
         if conn.in_transaction:
-            raise _errors.AlkstoreError("a store transaction is already open on this thread")
+            raise _errors.TransactionOpen()
         query, bind = self._positional[name]
         if self.gate.waiting:
             self.gate.hold(_busy.BUSY_TIMEOUT)
@@ -322,7 +331,7 @@ class _Flat:
     def __enter__(self) -> apsw.Connection:
         conn, gate = self._conn, self._engine.gate
         if conn.in_transaction:
-            raise _errors.AlkstoreError("a store transaction is already open on this thread")
+            raise _errors.TransactionOpen()
         if gate.waiting:
             gate.hold(_busy.BUSY_TIMEOUT)
         _busy.execute(conn, "BEGIN IMMEDIATE")
