@@ -79,7 +79,7 @@ def test_other_calls_of_the_store_inside_its_transaction_are_refused(
 ) -> None:
     with pytest.raises(Boom), store.transaction() as tx:
         tx.append(OrderPlaced(order_id=1))
-        with pytest.raises(alkstore.TransactionOpen, match="tx.enqueue"):
+        with pytest.raises(alkstore.TransactionOpen, match=r"tx\.enqueue"):
             CALLS[call](store)
         raise Boom  # the business rollback
     assert store.queue("mail").stats().ready == 0, "nothing committed on its own"
