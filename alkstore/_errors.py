@@ -111,6 +111,18 @@ class NotMigrated(StorageError):
     """alkstore's tables are missing or out of date: run `store.migrate()` or `alkstore migrate`."""
 
 
+class SchemaTooNew(StorageError):
+    """The database was migrated by a newer alkstore; this one does not know its schema."""
+
+    def __init__(self, database_version: int, code_version: int) -> None:
+        self.database_version = database_version
+        self.code_version = code_version
+        super().__init__(
+            f"database schema {database_version} is newer than this alkstore "
+            f"({code_version}); upgrade alkstore"
+        )
+
+
 class InvalidArgument(AlkstoreError, ValueError):
     """An argument is out of range or of the wrong kind."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, LiteralString
@@ -85,8 +86,14 @@ class PostgresEngine:
         self._listener: threading.Thread | None = None
         self._lock = threading.Lock()
         self._in_tx = threading.local()  # .open: a store transaction on this thread
-        with self._pool.connection() as conn:
-            key = _notify.conn_key(namespace, conn)
+        try:
+            with self._pool.connection() as conn:
+                key = _notify.conn_key(namespace, conn)
+                with translate():
+                    _sql.check_version(_PACKAGE, _version(conn, self._q))  # a newer alkstore's?
+        except BaseException:
+            self._pool.close()
+            raise
         self.notifier = _notify.Notifier(self._conninfo, self._q["notify"], self._closed, key)
 
     @property
@@ -153,6 +160,7 @@ class PostgresEngine:
         exists = conn.execute(self._q["migrations_table_exists"]).fetchone()
         if exists and exists[0]:
             applied = {row[0] for row in conn.execute(self._q["applied_versions"])}
+        _sql.check_version(_PACKAGE, max(applied, default=None))
         return [m for m in _sql.migrations(_PACKAGE, self._namespace) if m[0] not in applied]
 
     def migrate(self) -> list[int]:
@@ -412,6 +420,43 @@ def insert(
             conn.cursor().executemany(query, rows)
 
 
+def _version(conn: psycopg.Connection[Any], q: dict[str, LiteralString]) -> int | None:
+    """The newest migration recorded in the database (None: not migrated)."""
+    exists = conn.execute(q["migrations_table_exists"]).fetchone()
+    if not (exists and exists[0]):
+        return None
+    row = conn.execute(q["schema_version"]).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+# Application connections whose schema version was checked, per namespace: once per
+# connection, not per append (docs/adr/0002, addendum 2026-12-02).
+_checked: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+
+
+def _check_schema(conn: psycopg.Connection[Any], namespace: str) -> None:
+    if namespace in _checked.get(conn, ()):
+        return
+    with translate():
+        found = _version(conn, _sql.queries(_PACKAGE, namespace))
+    _sql.check_version(_PACKAGE, found)
+    _checked.setdefault(conn, set()).add(namespace)
+
+
+async def _check_schema_async(conn: psycopg.AsyncConnection[Any], namespace: str) -> None:
+    if namespace in _checked.get(conn, ()):
+        return
+    q = _sql.queries(_PACKAGE, namespace)
+    found = None
+    with translate():
+        exists = await (await conn.execute(q["migrations_table_exists"])).fetchone()
+        if exists and exists[0]:
+            row = await (await conn.execute(q["schema_version"])).fetchone()
+            found = None if row is None or row[0] is None else int(row[0])
+    _sql.check_version(_PACKAGE, found)
+    _checked.setdefault(conn, set()).add(namespace)
+
+
 def _check_open(status: TransactionStatus, autocommit: bool) -> None:
     if status == TransactionStatus.INTRANS or (status == TransactionStatus.IDLE and not autocommit):
         return
@@ -429,6 +474,7 @@ def append_on(
 ) -> None:
     """`alkstore.append` on a psycopg connection the application owns."""
     _check_open(conn.info.transaction_status, conn.autocommit)
+    _check_schema(conn, namespace)
     insert(conn, _sql.queries(_PACKAGE, namespace)["insert_event"], rows)
     _notify.watch_commit(namespace, conn)
 
@@ -438,6 +484,7 @@ async def append_on_async(
 ) -> None:
     """`await alkstore.append(...)` on an application-owned psycopg AsyncConnection."""
     _check_open(conn.info.transaction_status, conn.autocommit)
+    await _check_schema_async(conn, namespace)
     query = _sql.queries(_PACKAGE, namespace)["insert_event"]
     with translate():
         if len(rows) == 1:

@@ -82,9 +82,14 @@ class SqliteEngine:
             directory = os.path.dirname(os.path.abspath(path))
             if not os.path.isdir(directory):
                 raise _errors.InvalidURL(f"sqlite:///{path}", f"no such directory {directory}")
-        with self._connection() as conn:
-            if not self._memory:
-                conn.execute("PRAGMA journal_mode = WAL")
+        try:
+            with self._connection() as conn, _translate(conn, namespace):
+                if not self._memory:
+                    conn.execute("PRAGMA journal_mode = WAL")
+                _sql.check_version(_PACKAGE, _version(conn, namespace))  # a newer alkstore's?
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def name(self) -> Literal["sqlite"]:
@@ -177,6 +182,7 @@ class SqliteEngine:
         applied: set[int] = set()
         if _table_exists(conn, f"{self._namespace}__schema_migrations"):
             applied = {row[0] for row in conn.execute(self._q["applied_versions"])}
+        _sql.check_version(_PACKAGE, max(applied, default=None))
         return [m for m in _sql.migrations(_PACKAGE, self._namespace) if m[0] not in applied]
 
     def migrate(self) -> list[int]:
@@ -403,6 +409,14 @@ def _run_begun(
     return rows
 
 
+def _version(conn: apsw.Connection, namespace: str) -> int | None:
+    """The newest migration recorded in the database (None: not migrated)."""
+    if not _table_exists(conn, f"{namespace}__schema_migrations"):
+        return None
+    value = conn.execute(_sql.queries(_PACKAGE, namespace)["schema_version"]).fetchall()[0][0]
+    return None if value is None else int(value)
+
+
 def _table_exists(conn: apsw.Connection, table: str) -> bool:
     query = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?"
     return bool(conn.execute(query, (table,)).fetchall()[0][0])
@@ -447,4 +461,14 @@ def append_on(conn: apsw.Connection, namespace: str, rows: Sequence[_engine.Even
             "alkstore.append needs an open transaction on this apsw connection "
             "(BEGIN, or `with conn:`); alkstore never autocommits an append"
         )
+    if namespace not in _checked.get(conn, ()):
+        with _translate(conn, namespace):
+            found = _version(conn, namespace)
+        _sql.check_version(_PACKAGE, found)
+        _checked.setdefault(conn, set()).add(namespace)
     insert_rows(conn, namespace, rows)
+
+
+# Application connections whose schema version was checked, per namespace: once per
+# connection, not per append (docs/adr/0002, addendum 2026-12-02).
+_checked: weakref.WeakKeyDictionary[apsw.Connection, set[str]] = weakref.WeakKeyDictionary()
