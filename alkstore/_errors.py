@@ -81,9 +81,14 @@ class NotInTransaction(AlkstoreError):
 
 
 class TransactionOpen(AlkstoreError):
-    """A store transaction is open on this thread: inside `with store.transaction() as tx:`
-    use tx.append, tx.enqueue and tx.connection; any other call of the same store would
-    run in a transaction of its own (docs/adr/0016)."""
+    """A store transaction is open on this thread; inside it, use `tx` (docs/adr/0016)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "a store transaction is open on this thread: inside `with store.transaction() "
+            "as tx:` use tx.append, tx.enqueue and tx.connection; other calls of the same "
+            "store would run in a transaction of their own (docs/adr/0016)"
+        )
 
 
 class StorageError(AlkstoreError):
