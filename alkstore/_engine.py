@@ -95,7 +95,12 @@ class Engine(Protocol):
         ...
 
     def transaction(self) -> AbstractContextManager[Any]:
-        """Open a write transaction; yield the raw driver connection; commit on success."""
+        """Open a write transaction; yield the raw driver connection; commit on success.
+
+        Until it ends, every other call of this engine on this thread that touches its
+        tables raises TransactionOpen, the nested transaction() too: they would run in a
+        transaction of their own (docs/adr/0016). `now_ms` reads no table and is allowed;
+        `*_in(conn, ...)` and `insert_*` run in this transaction."""
         ...
 
     def committed(self) -> None:

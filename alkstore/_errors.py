@@ -80,12 +80,52 @@ class NotInTransaction(AlkstoreError):
     """Appending needs an open transaction on the connection; alkstore never autocommits."""
 
 
+class TransactionOpen(AlkstoreError):
+    """A store transaction is open on this thread; inside it, use `tx` (docs/adr/0016)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "a store transaction is open on this thread: inside `with store.transaction() "
+            "as tx:` use tx.append, tx.enqueue and tx.connection; other calls of the same "
+            "store would run in a transaction of their own (docs/adr/0016)"
+        )
+
+
 class StorageError(AlkstoreError):
     """The database refused an operation."""
 
 
+class DatabaseBusy(StorageError):
+    """The database is busy: another transaction holds a lock this one needs (SQLite's
+    "database is locked", PostgreSQL's lock timeout, serialization failure or deadlock).
+
+    Transient, and nothing of the failed transaction is kept: roll it back and run it
+    again. alkstore's own transactions wait and retry on their own; this reaches code
+    that appends on a connection it owns (`alkstore.append`), whose busy timeout is its
+    own."""
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(
+            f"database busy ({detail}): roll the transaction back and run it again "
+            "(a transient error; retry it)"
+        )
+
+
 class NotMigrated(StorageError):
     """alkstore's tables are missing or out of date: run `store.migrate()` or `alkstore migrate`."""
+
+
+class SchemaTooNew(StorageError):
+    """The database was migrated by a newer alkstore; this one does not know its schema."""
+
+    def __init__(self, database_version: int, code_version: int) -> None:
+        self.database_version = database_version
+        self.code_version = code_version
+        super().__init__(
+            f"database schema {database_version} is newer than this alkstore "
+            f"({code_version}); upgrade alkstore"
+        )
 
 
 class InvalidArgument(AlkstoreError, ValueError):

@@ -21,6 +21,8 @@ from functools import cache
 from importlib import resources
 from typing import Any, LiteralString
 
+from alkstore import _errors
+
 Binder = Callable[[Mapping[str, Any]], tuple[Any, ...]]
 
 DEFAULT_MAX_ATTEMPTS = 5  # a queue's max_attempts until `Queue.configure` stores one
@@ -83,6 +85,21 @@ def migrations(package: str, ns: str) -> list[tuple[int, str, LiteralString]]:
             ddl = entry.read_text("utf-8").replace("{ns}", ns)
             found.append((int(match[1]), match[2], ddl))
     return sorted(found)
+
+
+@cache
+def latest_version(package: str) -> int:
+    """The newest migration this alkstore knows for an engine package."""
+    return migrations(package, "ns")[-1][0]
+
+
+def check_version(package: str, found: int | None) -> None:
+    """Refuse a schema a newer alkstore migrated (`found`: the newest version recorded in
+    the database, None when it has none): this code cannot know what changed
+    (docs/adr/0002, addendum 2026-12-02)."""
+    latest = latest_version(package)
+    if found is not None and found > latest:
+        raise _errors.SchemaTooNew(found, latest)
 
 
 def numbered(query: str, pattern: re.Pattern[str], mark: str) -> tuple[str, Binder | None]:

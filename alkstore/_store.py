@@ -280,7 +280,8 @@ class Store:
         return self._engine.namespace
 
     def migrate(self) -> list[int]:
-        """Create or upgrade alkstore's tables; idempotent and safe to run concurrently."""
+        """Create or upgrade alkstore's tables; idempotent and safe to run concurrently.
+        A database a newer alkstore migrated raises SchemaTooNew (docs/adr/0002)."""
         return self._engine.migrate()
 
     def sql(self, *, pending_only: bool = False) -> str:
@@ -321,7 +322,8 @@ def connect(
 
     With no URL: `$ALKSTORE_DB`, else the embedded `sqlite:///alkstore.db`. With no
     namespace: `$ALKSTORE_NAMESPACE`, else "alkstore".
-    Bad URLs and namespaces raise before anything touches a database.
+    Bad URLs and namespaces raise before anything touches a database; a database a
+    newer alkstore migrated raises SchemaTooNew (upgrade alkstore first, docs/adr/0002).
     Every time that decides who owns a job or when it runs (leases, delays, backoff,
     schedule boundaries) is the database's clock; `clock` (epoch seconds) replaces it,
     for tests.

@@ -25,7 +25,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -208,9 +208,19 @@ class PostgresBackend(Backend):
             admin.execute(statement.format(sql.Identifier(self._dbname)))
 
     def prewarm(self, store: alkstore.Store, connections: int) -> None:
-        with ExitStack() as stack:  # hold N pooled connections at once so the pool grows
-            for _ in range(connections):
-                stack.enter_context(store.transaction())
+        """Hold N pooled connections at once so the pool grows: one store transaction
+        per thread (a thread holds one at a time, docs/adr/0016)."""
+        opened = threading.Barrier(connections)
+
+        def hold() -> None:
+            with store.transaction():
+                opened.wait(60)
+
+        threads = [threading.Thread(target=hold) for _ in range(connections)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
 
     def create_orders(self, store: alkstore.Store) -> None:
         with store.transaction() as tx:

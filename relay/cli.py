@@ -209,6 +209,9 @@ def _worker(args: argparse.Namespace) -> int:
     try:
         sys.path.insert(0, os.getcwd())
         worker = getattr(importlib.import_module(module_name), attr or "worker")
+    except alkstore.AlkstoreError as exc:  # the module's alkstore.connect() refused
+        print(f"alkstore: {exc}", file=sys.stderr)
+        return 2
     except (ImportError, AttributeError) as exc:
         print(f"alkstore: cannot load {args.target!r}: {exc}", file=sys.stderr)
         return 2

@@ -9,10 +9,12 @@ and the append costs microseconds of Python instead of a psycopg `execute`
 (docs/adr/0010 has the measurements).
 
 Nothing changes for the application's own statements. Before any other use of
-the connection (a cursor's execute, executemany, stream or copy, a nested
-`transaction()`, `pipeline()`), it *settles*: it reads the replies still in
-flight (one round trip) and leaves pipeline mode, so the application's
-statements run exactly as on a plain psycopg connection. The server receives
+the connection it *settles*: it reads the replies still in flight (one round
+trip) and leaves pipeline mode, so the application's statements run exactly as
+on a plain psycopg connection. Every psycopg operation goes through `wait()`,
+and every cursor reads `adapters` when it is made: both settle, so cursors made
+by hand (`psycopg.Cursor(tx.connection)`, `ClientCursor`, `RawCursor`,
+`ServerCursor`) work as the connection's own do (docs/adr/0016). The server receives
 every statement in the order it was sent, so a savepoint rolled back after an
 append takes the event with it. The one difference: an error of the INSERT
 itself (a namespace that was never migrated, say) is raised by that next use or
@@ -20,8 +22,9 @@ by the commit, not by `tx.append`.
 
 psycopg drops every prepared statement of a session (DEALLOCATE ALL) after a
 ROLLBACK, DROP, ALTER or DISCARD ALL it runs; the connection watches for those
-(and assumes the worst after the application's own pipeline) and prepares its
-INSERT again, in the same pipeline, when it next needs it.
+(and assumes the worst after the application's own pipeline, and after any
+statement in a store transaction that did not go through its cursors) and
+prepares its INSERT again, in the same pipeline, when it next needs it.
 """
 
 from __future__ import annotations
@@ -34,8 +37,8 @@ from typing import Any, Self, overload
 
 import psycopg
 from psycopg import pq
-from psycopg.abc import Params, Query, QueryNoTemplate
-from psycopg.copy import Copy, Writer
+from psycopg.abc import RV, Params, PQGen, Query, QueryNoTemplate
+from psycopg.adapt import AdaptersMap
 from psycopg.rows import Row, RowFactory, TupleRow, tuple_row
 
 from alkstore import _errors
@@ -46,6 +49,13 @@ _MISSING = (
     psycopg.errors.InvalidSchemaName,
 )
 _MISSING_STATES = {"42P01", "42883", "3F000"}
+# lock_not_available (lock_timeout, NOWAIT), serialization_failure, deadlock_detected
+_BUSY = (
+    psycopg.errors.LockNotAvailable,
+    psycopg.errors.SerializationFailure,
+    psycopg.errors.DeadlockDetected,
+)
+_BUSY_STATES = {"55P03", "40001", "40P01"}
 _DROPS_STATEMENTS = re.compile(r"^(?:DROP|ALTER|ROLLBACK|DISCARD ALL|DEALLOCATE)\b").match
 _OK = pq.ExecStatus.COMMAND_OK
 _SYNC = pq.ExecStatus.PIPELINE_SYNC
@@ -58,6 +68,8 @@ PIPELINED = psycopg.capabilities.has_pipeline() and psycopg.capabilities.has_sen
 def translated(exc: psycopg.Error) -> _errors.AlkstoreError:
     if isinstance(exc, _MISSING):
         return _errors.NotMigrated()
+    if isinstance(exc, _BUSY):
+        return _errors.DatabaseBusy(f"{type(exc).__name__}: {exc}")
     return _errors.StorageError(f"{type(exc).__name__}: {exc}")
 
 
@@ -75,6 +87,8 @@ def _result_error(result: pq.abc.PGresult) -> _errors.AlkstoreError:
     if state in _MISSING_STATES:
         return _errors.NotMigrated()
     message = result.error_message.decode("utf-8", "replace").strip()
+    if state in _BUSY_STATES:
+        return _errors.DatabaseBusy(f"{message} (SQLSTATE {state})")
     return _errors.StorageError(f"{message} (SQLSTATE {state})")
 
 
@@ -105,6 +119,7 @@ class Connection(psycopg.Connection[TupleRow]):
         self._alk_in_flight = False  # sent in pipeline mode, replies unread
         self._alk_unsure = False  # an exchange was interrupted: the pool drops us
         self._alk_prepared: set[bytes] = set()  # our statements that exist in the session
+        self._alk_watched = False  # our cursor runs a statement: statement_ran sees its tag
 
     @property
     def reusable(self) -> bool:
@@ -309,6 +324,29 @@ class Connection(psycopg.Connection[TupleRow]):
 
     # -- the application's use of the connection ------------------------------------
 
+    def wait(self, gen: PQGen[RV], interval: float = 0.1, timeout: float | None = None) -> RV:
+        """Every psycopg operation on the connection runs here (`interval`: psycopg's
+        default): the replies in flight are read first, whatever cursor runs it. In a store
+        transaction, a statement whose tag alkstore does not see (a cursor made by hand,
+        psycopg's savepoints) may have dropped the prepared INSERT: it is prepared again."""
+        if self._alk_in_flight:
+            self.settle()
+        if self._alk_watched or not self.in_store_transaction:
+            return super().wait(gen, interval, timeout)
+        try:
+            return super().wait(gen, interval, timeout)
+        finally:
+            self._alk_prepared.clear()
+
+    @property
+    def adapters(self) -> AdaptersMap:
+        """psycopg's adapters. Every cursor reads them when it is made, so the replies in
+        flight are read here too: a server cursor made by hand refuses to run in pipeline
+        mode before it reaches `wait()`."""
+        if self._alk_in_flight:
+            self.settle()
+        return super().adapters
+
     @contextmanager
     def transaction(
         self, savepoint_name: str | None = None, force_rollback: bool = False
@@ -355,20 +393,24 @@ class Connection(psycopg.Connection[TupleRow]):
         self._alk_prepared.clear()
 
 
-def _settle(cursor: psycopg.Cursor[Any]) -> None:
+def _watch(cursor: psycopg.Cursor[Any]) -> Connection | None:
+    """The cursor's connection, told that alkstore sees the tag of what runs next."""
     conn = cursor.connection
     if isinstance(conn, Connection):
-        conn.settle()
+        conn._alk_watched = True
+        return conn
+    return None
 
 
-def _ran(cursor: psycopg.Cursor[Any]) -> None:
-    conn = cursor.connection
-    if isinstance(conn, Connection):
+def _ran(conn: Connection | None, cursor: psycopg.Cursor[Any]) -> None:
+    if conn is not None:
+        conn._alk_watched = False
         conn.statement_ran(cursor.statusmessage)
 
 
 class Cursor(psycopg.Cursor[Row]):
-    """The application's cursors: they settle events in flight before running."""
+    """The connection's cursors: alkstore reads the tag of each statement they run (did
+    psycopg drop its prepared statements?). Events in flight are settled by `wait()`."""
 
     @overload
     def execute(
@@ -391,21 +433,21 @@ class Cursor(psycopg.Cursor[Row]):
         prepare: bool | None = None,
         binary: bool | None = None,
     ) -> Self:
-        _settle(self)
+        conn = _watch(self)
         run: Callable[..., Self] = super().execute  # one call for both overloads
         try:
             return run(query, params, prepare=prepare, binary=binary)
         finally:
-            _ran(self)
+            _ran(conn, self)
 
     def executemany(
         self, query: Query, params_seq: Iterable[Params], *, returning: bool = False
     ) -> None:
-        _settle(self)
+        conn = _watch(self)
         try:
             super().executemany(query, params_seq, returning=returning)
         finally:
-            _ran(self)
+            _ran(conn, self)
 
     def stream(
         self,
@@ -415,20 +457,14 @@ class Cursor(psycopg.Cursor[Row]):
         binary: bool | None = None,
         size: int = 1,
     ) -> Iterator[Row]:
-        _settle(self)
+        if isinstance(conn := self.connection, Connection):
+            conn.settle()  # psycopg refuses a stream in pipeline mode before it reaches wait()
         yield from super().stream(query, params, binary=binary, size=size)
-
-    @contextmanager
-    def copy(
-        self, statement: Query, params: Params | None = None, *, writer: Writer | None = None
-    ) -> Iterator[Copy]:
-        _settle(self)
-        with super().copy(statement, params, writer=writer) as copy:
-            yield copy
 
 
 class ServerCursor(psycopg.ServerCursor[Row]):
-    """Named cursors settle events in flight too."""
+    """Named cursors settle events in flight before psycopg checks for pipeline mode (a
+    cursor made before an append, used after it)."""
 
     def execute(
         self,
@@ -438,5 +474,6 @@ class ServerCursor(psycopg.ServerCursor[Row]):
         binary: bool | None = None,
         **kwargs: Any,
     ) -> Self:
-        _settle(self)
+        if isinstance(conn := self.connection, Connection):
+            conn.settle()
         return super().execute(query, params, binary=binary, **kwargs)

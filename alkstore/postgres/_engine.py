@@ -19,10 +19,9 @@ from typing import Any, Literal, LiteralString
 
 import psycopg
 import tenacity
-from psycopg.pq import TransactionStatus
 
 from alkstore import _engine, _errors, _events, _sql, _wake
-from alkstore.postgres import _conn, _notify, _pool, _prepared
+from alkstore.postgres import _conn, _notify, _owned, _pool, _prepared
 
 log = logging.getLogger("alkstore.postgres")
 
@@ -87,8 +86,17 @@ class PostgresEngine:
         self._closed = threading.Event()
         self._listener: threading.Thread | None = None
         self._lock = threading.Lock()
-        with self._pool.connection() as conn:
-            key = _notify.conn_key(namespace, conn)
+        self._in_tx = threading.local()  # .open: a store transaction on this thread
+        try:
+            with self._pool.connection() as conn:
+                key = _notify.conn_key(namespace, conn)
+                with translate():
+                    _sql.check_version(
+                        _PACKAGE, _owned.version(conn, self._q)
+                    )  # a newer alkstore's?
+        except BaseException:
+            self._pool.close()
+            raise
         self.notifier = _notify.Notifier(self._conninfo, self._q["notify"], self._closed, key)
 
     @property
@@ -112,9 +120,12 @@ class PostgresEngine:
 
     @contextmanager
     def connection(self) -> Iterator[_conn.Connection]:
-        """A pooled autocommit connection."""
+        """A pooled autocommit connection, outside a store transaction on this thread
+        (inside one the store is used through `tx`: docs/adr/0016)."""
         if self._closed.is_set():
             raise _errors.AlkstoreError("the store is closed")
+        if getattr(self._in_tx, "open", False):
+            raise _errors.TransactionOpen()
         with self._pool.connection() as conn:
             yield conn
 
@@ -124,17 +135,22 @@ class PostgresEngine:
 
         Errors of the application's own statements pass through unchanged; a failing
         BEGIN or COMMIT (or event INSERT) is a StorageError or NotMigrated, and a
-        failing ROLLBACK never hides the exception that caused it."""
+        failing ROLLBACK never hides the exception that caused it. Until it ends, the
+        engine's other calls on this thread raise TransactionOpen (docs/adr/0016)."""
         with self.connection() as conn:
             with translate():
                 conn.begin()
+            self._in_tx.open = True
             try:
-                yield conn
-            except BaseException:
-                conn.rollback_store()
-                raise
-            with translate():
-                conn.commit_store()
+                try:
+                    yield conn
+                except BaseException:
+                    conn.rollback_store()
+                    raise
+                with translate():
+                    conn.commit_store()
+            finally:
+                self._in_tx.open = False
 
     def committed(self) -> None:
         """Our own transaction committed something: wake listeners everywhere."""
@@ -147,6 +163,7 @@ class PostgresEngine:
         exists = conn.execute(self._q["migrations_table_exists"]).fetchone()
         if exists and exists[0]:
             applied = {row[0] for row in conn.execute(self._q["applied_versions"])}
+        _sql.check_version(_PACKAGE, max(applied, default=None))
         return [m for m in _sql.migrations(_PACKAGE, self._namespace) if m[0] not in applied]
 
     def migrate(self) -> list[int]:
@@ -186,7 +203,7 @@ class PostgresEngine:
         elif conn.can_pipeline:
             conn.append(self._append_name, self._append_sql, rows)
         else:  # an old libpq, or inside the application's own psycopg pipeline
-            insert(conn, self._q["insert_event"], rows)
+            _owned.insert(conn, self._q["insert_event"], rows)
 
     def sequence(self) -> None:
         with self.connection() as conn, translate():
@@ -232,6 +249,8 @@ class PostgresEngine:
         # The PREPARED ones skip psycopg's execute and go to libpq (_prepared).
         if self._closed.is_set():
             raise _errors.AlkstoreError("the store is closed")
+        if getattr(self._in_tx, "open", False):
+            raise _errors.TransactionOpen()
         conn = self._pool.get()
         try:
             statement = self._prepared.get(name)
@@ -300,7 +319,10 @@ class PostgresEngine:
             raise _translated(exc) from exc
 
     def now_ms(self) -> int:
-        with self.connection() as conn, translate():
+        """The server's clock (allowed inside a store transaction: it reads no table)."""
+        if self._closed.is_set():
+            raise _errors.AlkstoreError("the store is closed")
+        with self._pool.connection() as conn, translate():
             row = conn.execute(self._q["db_now"], {"now": None}).fetchone()
             assert row is not None
             return int(row[0])
@@ -407,48 +429,3 @@ def _retry_state(attempt: int) -> tenacity.RetryCallState:
     state = tenacity.RetryCallState(tenacity.Retrying(), None, (), {})
     state.attempt_number = attempt
     return state
-
-
-def insert(
-    conn: psycopg.Connection[Any], query: LiteralString, rows: Sequence[_engine.EventRow]
-) -> None:
-    with translate():
-        if len(rows) == 1:
-            conn.execute(query, rows[0])
-        else:
-            conn.cursor().executemany(query, rows)
-
-
-def _check_open(status: TransactionStatus, autocommit: bool) -> None:
-    if status == TransactionStatus.INTRANS or (status == TransactionStatus.IDLE and not autocommit):
-        return
-    if status == TransactionStatus.INERROR:
-        raise _errors.NotInTransaction("the connection's transaction has failed; roll it back")
-    raise _errors.NotInTransaction(
-        "alkstore.append needs an open transaction on this psycopg connection "
-        "(`with conn.transaction():`, or a non-autocommit connection); "
-        "alkstore never autocommits an append"
-    )
-
-
-def append_on(
-    conn: psycopg.Connection[Any], namespace: str, rows: Sequence[_engine.EventRow]
-) -> None:
-    """`alkstore.append` on a psycopg connection the application owns."""
-    _check_open(conn.info.transaction_status, conn.autocommit)
-    insert(conn, _sql.queries(_PACKAGE, namespace)["insert_event"], rows)
-    _notify.watch_commit(namespace, conn)
-
-
-async def append_on_async(
-    conn: psycopg.AsyncConnection[Any], namespace: str, rows: Sequence[_engine.EventRow]
-) -> None:
-    """`await alkstore.append(...)` on an application-owned psycopg AsyncConnection."""
-    _check_open(conn.info.transaction_status, conn.autocommit)
-    query = _sql.queries(_PACKAGE, namespace)["insert_event"]
-    with translate():
-        if len(rows) == 1:
-            await conn.execute(query, rows[0])
-        else:
-            await conn.cursor().executemany(query, rows)
-    _notify.watch_commit(namespace, conn)

@@ -82,9 +82,14 @@ class SqliteEngine:
             directory = os.path.dirname(os.path.abspath(path))
             if not os.path.isdir(directory):
                 raise _errors.InvalidURL(f"sqlite:///{path}", f"no such directory {directory}")
-        with self._connection() as conn:
-            if not self._memory:
-                conn.execute("PRAGMA journal_mode = WAL")
+        try:
+            with self._connection() as conn, _translate(conn, namespace):
+                if not self._memory:
+                    conn.execute("PRAGMA journal_mode = WAL")
+                _sql.check_version(_PACKAGE, _version(conn, namespace))  # a newer alkstore's?
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def name(self) -> Literal["sqlite"]:
@@ -128,6 +133,15 @@ class SqliteEngine:
             conn = self._local.conn = self._open()
         yield conn
 
+    @contextmanager
+    def _idle(self) -> Iterator[apsw.Connection]:
+        """This thread's connection for a read of our tables, outside a store transaction
+        (inside one the store is used through `tx`: docs/adr/0016)."""
+        with self._connection() as conn:
+            if conn.in_transaction:
+                raise _errors.TransactionOpen()
+            yield conn
+
     def transaction(self) -> AbstractContextManager[apsw.Connection]:
         """BEGIN IMMEDIATE ... COMMIT. On this thread's open connection to a file (the
         hot path of `store.transaction()`), a plain context manager: no generators."""
@@ -140,7 +154,7 @@ class SqliteEngine:
     def _transaction(self) -> Iterator[apsw.Connection]:
         with self._connection() as conn:
             if conn.in_transaction:
-                raise _errors.AlkstoreError("a store transaction is already open on this thread")
+                raise _errors.TransactionOpen()
             if self.gate.waiting:
                 self.gate.hold(_busy.BUSY_TIMEOUT)
             _busy.execute(conn, "BEGIN IMMEDIATE")
@@ -168,6 +182,7 @@ class SqliteEngine:
         applied: set[int] = set()
         if _table_exists(conn, f"{self._namespace}__schema_migrations"):
             applied = {row[0] for row in conn.execute(self._q["applied_versions"])}
+        _sql.check_version(_PACKAGE, max(applied, default=None))
         return [m for m in _sql.migrations(_PACKAGE, self._namespace) if m[0] not in applied]
 
     def migrate(self) -> list[int]:
@@ -182,7 +197,7 @@ class SqliteEngine:
 
     def ddl(self, *, pending_only: bool) -> str:
         if pending_only:
-            with self._connection() as conn:
+            with self._idle() as conn:
                 todo = self._pending(conn)
         else:
             todo = _sql.migrations(_PACKAGE, self._namespace)
@@ -204,7 +219,7 @@ class SqliteEngine:
 
     def read(self, after: int, limit: int) -> list[_engine.LogEntry]:
         decode_headers = _events.codec.decode_headers
-        with self._connection() as conn, _translate(conn, self._namespace):
+        with self._idle() as conn, _translate(conn, self._namespace):
             cursor = conn.execute(self._q["read_events"], (after, limit))
             return [
                 _engine.LogEntry(pos, typ, key, decode_headers(hdr), payload, _datetime(at))
@@ -212,7 +227,7 @@ class SqliteEngine:
             ]
 
     def head(self) -> int:
-        with self._connection() as conn, _translate(conn, self._namespace):
+        with self._idle() as conn, _translate(conn, self._namespace):
             value = conn.execute(self._q["head"]).fetchall()[0][0]
             assert isinstance(value, int)
             return value
@@ -234,7 +249,7 @@ class SqliteEngine:
                 return self.run_in(conn, name, params)
         conn = local
         if conn.in_transaction:
-            raise _errors.AlkstoreError("a store transaction is already open on this thread")
+            raise _errors.TransactionOpen()
         query, bind = self._positional[name]
         if self.gate.waiting:
             self.gate.hold(_busy.BUSY_TIMEOUT)
@@ -322,7 +337,7 @@ class _Flat:
     def __enter__(self) -> apsw.Connection:
         conn, gate = self._conn, self._engine.gate
         if conn.in_transaction:
-            raise _errors.AlkstoreError("a store transaction is already open on this thread")
+            raise _errors.TransactionOpen()
         if gate.waiting:
             gate.hold(_busy.BUSY_TIMEOUT)
         _busy.execute(conn, "BEGIN IMMEDIATE")
@@ -394,13 +409,24 @@ def _run_begun(
     return rows
 
 
+def _version(conn: apsw.Connection, namespace: str) -> int | None:
+    """The newest migration recorded in the database (None: not migrated)."""
+    if not _table_exists(conn, f"{namespace}__schema_migrations"):
+        return None
+    value = conn.execute(_sql.queries(_PACKAGE, namespace)["schema_version"]).fetchall()[0][0]
+    return None if value is None else int(value)
+
+
 def _table_exists(conn: apsw.Connection, table: str) -> bool:
     query = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?"
     return bool(conn.execute(query, (table,)).fetchall()[0][0])
 
 
 def _storage_error(conn: apsw.Connection, namespace: str, exc: apsw.Error) -> _errors.AlkstoreError:
-    """The alkstore error for an apsw error (a missing table means not migrated)."""
+    """The alkstore error for an apsw error (a missing table means not migrated; a busy
+    database is DatabaseBusy, which says the transaction can be retried)."""
+    if isinstance(exc, apsw.BusyError):
+        return _errors.DatabaseBusy(str(exc))
     if isinstance(exc, apsw.SQLError):
         tables = (f"{namespace}__events", f"{namespace}__jobs")
         if not all(_table_exists(conn, table) for table in tables):
@@ -415,24 +441,3 @@ def _translate(conn: apsw.Connection, namespace: str) -> Iterator[None]:
         yield
     except apsw.Error as exc:
         raise _storage_error(conn, namespace, exc) from exc
-
-
-def insert_rows(conn: apsw.Connection, namespace: str, rows: Sequence[_engine.EventRow]) -> None:
-    query = _sql.queries(_PACKAGE, namespace)["insert_event"]
-    try:
-        if len(rows) == 1:
-            conn.execute(query, rows[0])
-        else:
-            conn.executemany(query, rows)
-    except apsw.Error as exc:
-        raise _storage_error(conn, namespace, exc) from exc
-
-
-def append_on(conn: apsw.Connection, namespace: str, rows: Sequence[_engine.EventRow]) -> None:
-    """`alkstore.append` on an apsw connection the application owns."""
-    if not conn.in_transaction:
-        raise _errors.NotInTransaction(
-            "alkstore.append needs an open transaction on this apsw connection "
-            "(BEGIN, or `with conn:`); alkstore never autocommits an append"
-        )
-    insert_rows(conn, namespace, rows)

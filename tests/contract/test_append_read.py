@@ -166,3 +166,35 @@ def test_a_failing_commit_is_a_storage_error_and_nothing_is_kept(store: alkstore
     with store.transaction() as tx:  # the connection is usable again
         tx.append(OrderPlaced(order_id=2))
     assert [e.payload for e in store.log.read()] == [OrderPlaced(order_id=2)]
+
+
+def test_caller_owned_connection_on_a_busy_database_is_a_retryable_error(
+    store: alkstore.Store, backend: Backend
+) -> None:
+    """Another transaction holds the lock the append needs: DatabaseBusy (a StorageError
+    that says "retry"), not a bare StorageError; the same append succeeds once it is gone."""
+    ns = backend.namespace
+    holder, conn = backend.raw_connection(), backend.raw_connection()
+    try:
+        if backend.name == "sqlite":
+            holder.execute("BEGIN IMMEDIATE")  # the write lock; conn has no busy handler
+            conn.execute("BEGIN")
+        else:
+            holder.execute(f"LOCK TABLE {ns}.events IN ACCESS EXCLUSIVE MODE")
+            conn.execute("SET lock_timeout = '200ms'")
+        with pytest.raises(alkstore.DatabaseBusy) as info:
+            alkstore.append(conn, OrderPlaced(order_id=1), namespace=ns)
+        assert isinstance(info.value, alkstore.StorageError)
+        assert "retry" in str(info.value)
+        conn.execute("ROLLBACK") if backend.name == "sqlite" else conn.rollback()
+        holder.execute("ROLLBACK") if backend.name == "sqlite" else holder.rollback()
+        if backend.name == "sqlite":  # the retry
+            with conn:
+                alkstore.append(conn, OrderPlaced(order_id=1), namespace=ns)
+        else:
+            with conn.transaction():
+                alkstore.append(conn, OrderPlaced(order_id=1), namespace=ns)
+    finally:
+        holder.close()
+        conn.close()
+    assert [e.payload for e in store.log.read()] == [OrderPlaced(order_id=1)]

@@ -19,6 +19,9 @@ SELECT to_regclass('{ns}.schema_migrations') IS NOT NULL
 -- name: applied_versions
 SELECT version FROM {ns}.schema_migrations ORDER BY version
 
+-- name: schema_version
+SELECT max(version) FROM {ns}.schema_migrations
+
 -- name: record_migration
 INSERT INTO {ns}.schema_migrations (version, name) VALUES (%s, %s)
 

@@ -10,6 +10,9 @@ CREATE TABLE IF NOT EXISTS {ns}__schema_migrations (
 -- name: applied_versions
 SELECT version FROM {ns}__schema_migrations ORDER BY version
 
+-- name: schema_version
+SELECT max(version) FROM {ns}__schema_migrations
+
 -- name: record_migration
 INSERT INTO {ns}__schema_migrations (version, name, applied_at)
 VALUES (?, ?, CAST(unixepoch('subsec') * 1000 AS INTEGER))
