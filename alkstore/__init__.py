@@ -26,7 +26,7 @@ from alkstore._events import Event
 from alkstore._jobs import Attempt, DeadLetter, Job, QueueStats, SweepResult
 from alkstore._leases import Renewal
 from alkstore._queue import Queue, QueueConfig
-from alkstore._routing import Holdup, Lag, Lease, NotLeader, Status, Subscription
+from alkstore._routing import Holdup, Lag, Lease, NotLeader, Replay, Status, Subscription
 from alkstore._schedules import Schedule, Schedules
 from alkstore._store import Log, Store, Transaction, connect
 from alkstore._wake import Listener
@@ -67,6 +67,7 @@ __all__ = [
     "QueueError",
     "QueueStats",
     "Renewal",
+    "Replay",
     "Schedule",
     "Schedules",
     "Status",
