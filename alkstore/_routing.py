@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from alkstore import _config, _errors, _jobs, _queue
+from alkstore import _checks, _config, _errors, _jobs, _queue
 
 _PATTERN = re.compile(r"[A-Za-z0-9_.:\-*]{1,200}")
 _encode = msgspec.json.Encoder().encode
@@ -232,6 +232,7 @@ def relay_batch(rt: _queue.Runtime, lease: Lease | None, batch: int = 5_000) -> 
     the whole batch back. Each step seeks the range (low, high] of the log, so a
     batch costs the same on a log of any length (docs/adr/0011).
     """
+    _checks.whole("batch", batch, 1)
     engine = rt.engine
     engine.sequence()
     now = rt.now_param()

@@ -23,6 +23,7 @@ from relay import _handlers
 from relay.worker import _acks, _due, _inflight, _outcomes, _slots
 
 log = logging.getLogger("alkstore.worker")
+ONCE_ATTEMPTS = 5  # claim failures in a row that end a `once` drain (about 3 s of backoff)
 
 
 @dataclass
@@ -49,6 +50,8 @@ class Dispatcher:
         self._handler = handler
         self._once = once
         self._waiting: deque[_inflight.Running] = deque()
+        self.queue = handler.queue
+        self.gave_up: alkstore.StorageError | None = None  # the error that ended a drain
 
     def run(self) -> None:
         ctx, handler, name = self._ctx, self._handler, self._handler.queue
@@ -76,6 +79,11 @@ class Dispatcher:
                 except alkstore.StorageError as exc:
                     ctx.slots.give(name, free)
                     failures += 1
+                    if self._once and failures >= ONCE_ATTEMPTS:
+                        log.error("claim on %s failed %d times (%s); ending", name, failures, exc)
+                        self.gave_up = exc
+                        ctx.stop.set()  # the drain cannot finish: every queue stops
+                        return
                     delay = wait(_attempt(failures))
                     log.warning("claim on %s failed (%s); retrying in %.1fs", name, exc, delay)
                     ctx.stop.wait(delay)
