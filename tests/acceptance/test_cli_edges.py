@@ -166,7 +166,8 @@ def test_a_closed_pipe_ends_the_command_quietly(tmp_path: Path, command: list[st
     )
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # before the command writes its first line
-    stderr = proc.stderr.read().decode()
+    with proc.stderr:
+        stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=30) == 141, stderr  # 128 + SIGPIPE, as a shell reports `yes`
     assert stderr == ""
 
