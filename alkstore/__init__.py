@@ -29,7 +29,7 @@ from alkstore._events import Event
 from alkstore._jobs import Attempt, DeadLetter, Job, QueueStats, SweepResult
 from alkstore._leases import Renewal
 from alkstore._queue import Queue, QueueConfig
-from alkstore._routing import Holdup, Lag, Lease, NotLeader, Status, Subscription
+from alkstore._routing import Holdup, Lag, Lease, NotLeader, Replay, Status, Subscription
 from alkstore._schedules import Schedule, Schedules
 from alkstore._store import Log, Store, Transaction, connect
 from alkstore._wake import Listener
@@ -71,6 +71,7 @@ __all__ = [
     "QueueError",
     "QueueStats",
     "Renewal",
+    "Replay",
     "Schedule",
     "Schedules",
     "SchemaTooNew",

@@ -90,8 +90,12 @@ class Engine(Protocol):
         """Apply pending migrations (safe to run from many processes); return versions applied."""
         ...
 
+    def pending(self) -> list[int]:
+        """The versions of the migrations `migrate()` would apply (none: up to date)."""
+        ...
+
     def ddl(self, *, pending_only: bool) -> str:
-        """The DDL `migrate()` would run (all of it, or only what is pending)."""
+        """The DDL `migrate()` would run (all of it, or only what is pending: "" if none)."""
         ...
 
     def transaction(self) -> AbstractContextManager[Any]:
@@ -126,6 +130,12 @@ class Engine(Protocol):
 
     def holdups(self) -> list[tuple[int, float, str, str]]:
         """Open writing transactions an operator may want to see: (pid, age s, state, query)."""
+        ...
+
+    def backlog(self) -> tuple[int, tuple[int, float, str, str] | None]:
+        """(committed events not numbered yet, the oldest open transaction holding appended
+        events as (pid, age s, state, query) or None): ADR 0004's backlog, PostgreSQL's;
+        (0, None) where commit order is rowid order (SQLite)."""
         ...
 
     # -- the queue rung: named queries from each engine's sql/queues.sql -------------

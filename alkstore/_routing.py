@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from alkstore import _config, _errors, _jobs, _queue
+from alkstore import _checks, _config, _errors, _jobs, _queue
 
 _PATTERN = re.compile(r"[A-Za-z0-9_.:\-*]{1,200}")
 _encode = msgspec.json.Encoder().encode
@@ -50,9 +50,25 @@ class Holdup(msgspec.Struct, frozen=True):
 
 
 class Status(msgspec.Struct, frozen=True):
+    """The log head, each subscription's lag, open writing transactions (PostgreSQL), and
+    the sequencing backlog of ADR 0004 (PostgreSQL; 0 and None on SQLite)."""
+
     head: int
     subscriptions: list[Lag]
     holdups: list[Holdup]
+    unsequenced: int = 0  # committed events no reader had numbered yet when status looked
+    oldest_appender: Holdup | None = None  # the oldest open transaction holding appended,
+    # uncommitted events of this namespace (they are numbered when it commits)
+
+
+class Replay(msgspec.Struct, frozen=True):
+    """What `store.replay` did to a subscription's checkpoint."""
+
+    queue: str
+    previous: int  # the checkpoint before
+    checkpoint: int  # the checkpoint now: from_position - 1
+    redelivered: int  # events in (checkpoint, previous] still in the log: delivered again
+    skipped: int  # events in (previous, checkpoint] not relayed yet: never delivered
 
 
 class NotLeader(_errors.AlkstoreError):
@@ -88,6 +104,9 @@ def subscribe(
         checkpoint = 0
     elif isinstance(start, int) and not isinstance(start, bool) and start >= 1:
         checkpoint = start - 1  # deliver from `start` on, as replay does
+        head = rt.engine.head()
+        if checkpoint > head:  # the head only grows: checked before the insert is enough
+            raise _errors.InvalidArgument(past_head("subscribe", queue, start, head))
     else:
         raise _errors.InvalidArgument(
             f'start must be "now", "beginning" or a position >= 1, not {start!r}'
@@ -118,16 +137,39 @@ def subscriptions(rt: _queue.Runtime) -> list[Subscription]:
     ]
 
 
-def replay(rt: _queue.Runtime, queue: str, from_position: int) -> None:
-    """Re-deliver events from `from_position` on: moves the checkpoint back (or forward).
+def past_head(action: str, queue: str, position: int, head: int) -> str:
+    return (
+        f"cannot {action} {queue!r} from position {position}: the log head is {head} "
+        f"(at most {head + 1}, the next event); a checkpoint past the head would skip "
+        "the events appended until the log got there"
+    )
 
-    Handlers see those events again: delivery is at-least-once across a replay."""
+
+def replay(rt: _queue.Runtime, queue: str, from_position: int) -> Replay:
+    """Deliver `queue`'s events from `from_position` on again: the checkpoint becomes
+    `from_position - 1`, never past the log head (InvalidArgument).
+
+    Handlers see those events again: delivery is at-least-once across a replay. Events
+    retention pruned cannot be, and are not counted; a position after the checkpoint
+    moves it forward and skips the events in between (counted in `skipped`)."""
     if isinstance(from_position, bool) or not isinstance(from_position, int) or from_position < 1:
         raise _errors.InvalidArgument(f"from_position must be >= 1, got {from_position!r}")
-    params = {"queue": queue, "checkpoint": from_position - 1, "now": rt.now_param()}
-    if not rt.engine.run("set_checkpoint", params):
-        raise _errors.InvalidArgument(f"no subscription for queue {queue!r}")
-    rt.engine.committed()
+    engine, new = rt.engine, from_position - 1
+    engine.sequence()  # the head counts every committed event (PostgreSQL, ADR 0004)
+    with engine.transaction() as conn:
+        rows = engine.run_in(conn, "replay_start", {"queue": _config.check_name("queue", queue)})
+        if not rows:
+            raise _errors.InvalidArgument(f"no subscription for queue {queue!r}")
+        previous, head = int(rows[0][0]), int(rows[0][1])
+        if new > head:
+            raise _errors.InvalidArgument(past_head("replay", queue, from_position, head))
+        low, high = sorted((new, previous))
+        moved = int(engine.run_in(conn, "count_events", {"low": low, "high": high})[0][0])
+        params = {"queue": queue, "checkpoint": new, "now": rt.now_param()}
+        engine.run_in(conn, "set_checkpoint", params)
+    engine.committed()
+    back = new <= previous
+    return Replay(queue, previous, new, moved if back else 0, 0 if back else moved)
 
 
 class Lease:
@@ -190,6 +232,7 @@ def relay_batch(rt: _queue.Runtime, lease: Lease | None, batch: int = 5_000) -> 
     the whole batch back. Each step seeks the range (low, high] of the log, so a
     batch costs the same on a log of any length (docs/adr/0011).
     """
+    _checks.whole("batch", batch, 1)
     engine = rt.engine
     engine.sequence()
     now = rt.now_param()
@@ -221,6 +264,7 @@ def prune_log(rt: _queue.Runtime, older_than: float, batch: int = 10_000) -> int
 
 def status(rt: _queue.Runtime) -> Status:
     engine = rt.engine
+    unsequenced, appender = engine.backlog()  # before head(), which numbers the backlog
     head = engine.head()
     now = rt.now_ms()
     lags = []
@@ -231,4 +275,5 @@ def status(rt: _queue.Runtime) -> Status:
             age = max(0.0, (now - oldest_ms) / 1000)
         lags.append(Lag(queue, int(checkpoint), int(behind), age))
     holdups = [Holdup(*row) for row in engine.holdups()]
-    return Status(head, lags, holdups)
+    oldest = None if appender is None else Holdup(*appender)
+    return Status(head, lags, holdups, unsequenced, oldest)

@@ -96,7 +96,7 @@ def latest_version(package: str) -> int:
 def check_version(package: str, found: int | None) -> None:
     """Refuse a schema a newer alkstore migrated (`found`: the newest version recorded in
     the database, None when it has none): this code cannot know what changed
-    (docs/adr/0002, addendum 2026-12-02)."""
+    (docs/adr/0002, addendum 2026-12-01)."""
     latest = latest_version(package)
     if found is not None and found > latest:
         raise _errors.SchemaTooNew(found, latest)

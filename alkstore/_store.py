@@ -143,10 +143,8 @@ class Log:
 
     def read(self, after: int = 0, limit: int = 100) -> list[_engine.LogEntry]:
         """Up to `limit` committed events with position > `after`, oldest first."""
-        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
-            raise ValueError(f"after must be a non-negative int, got {after!r}")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit must be a positive int, got {limit!r}")
+        _check_count("after", after, 0)
+        _check_count("limit", limit, 1)
         return self._engine.read(after, limit)
 
     def head(self) -> int:
@@ -154,17 +152,36 @@ class Log:
         return self._engine.head()
 
     def tail(
-        self, after: int = 0, *, batch: int = 500, timeout: float = 1.0
+        self, after: int = 0, *, batch: int = 500, timeout: float = 1.0, follow: bool = True
     ) -> Iterator[_engine.LogEntry]:
-        """Follow the log forever from `after`, sleeping on the wake between batches."""
-        listener = self._engine.wake.listener()
+        """The events after `after`, read `batch` at a time (memory stays bounded).
+
+        follow=True: forever, sleeping on the wake (at most `timeout` s) once caught up;
+        follow=False: until the end of the log, then stop."""
+        _check_count("after", after, 0)
+        _check_count("batch", batch, 1)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+            raise _errors.InvalidArgument(f"timeout must be > 0 seconds, got {timeout!r}")
+        return self._tail(after, batch, timeout, follow)
+
+    def _tail(
+        self, after: int, batch: int, timeout: float, follow: bool
+    ) -> Iterator[_engine.LogEntry]:
+        listener = self._engine.wake.listener() if follow else None
         while True:
             entries = self.read(after, batch)
             yield from entries
             if entries:
                 after = entries[-1].position
             if len(entries) < batch:
+                if listener is None:
+                    return
                 listener.wait(timeout)
+
+
+def _check_count(name: str, value: object, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise _errors.InvalidArgument(f"{name} must be an int >= {low}, got {value!r}")
 
 
 class Store:
@@ -217,9 +234,10 @@ class Store:
     def subscriptions(self) -> list[_routing.Subscription]:
         return _routing.subscriptions(self._runtime)
 
-    def replay(self, queue: str, from_position: int) -> None:
-        """Re-deliver `queue`'s events from `from_position` (at-least-once for handlers)."""
-        _routing.replay(self._runtime, queue, from_position)
+    def replay(self, queue: str, from_position: int) -> _routing.Replay:
+        """Deliver `queue`'s events from `from_position` on again (at-least-once for
+        handlers); never past the log head. Returns how many events that redelivers."""
+        return _routing.replay(self._runtime, queue, from_position)
 
     def lease(self, name: str, ttl: float) -> _routing.Lease:
         """A named lease with a fencing token (leader election among processes)."""
@@ -285,8 +303,21 @@ class Store:
         return self._engine.migrate()
 
     def sql(self, *, pending_only: bool = False) -> str:
-        """The DDL that `migrate()` runs, for review; applies nothing."""
+        """The DDL that `migrate()` runs, for review; applies nothing. With
+        pending_only=True, only what this database still needs ("" when up to date)."""
         return self._engine.ddl(pending_only=pending_only)
+
+    def check(self) -> None:
+        """Raise unless the database can be reached (StorageError) and alkstore's tables
+        are up to date (NotMigrated). Every alkstore process runs it when it starts."""
+        pending = self._engine.pending()
+        if pending:
+            versions = ", ".join(f"{v:04d}" for v in pending)
+            raise _errors.NotMigrated(
+                f"alkstore's tables are missing or out of date in namespace "
+                f"{self.namespace!r} (migrations {versions} pending): run `alkstore migrate` "
+                "or store.migrate()"
+            )
 
     def transaction(self) -> AbstractContextManager[Transaction]:
         """Open a transaction; commit on normal exit, roll back on an exception."""
@@ -341,6 +372,8 @@ def connect(
         raise _errors.InvalidArgument(
             f"connect_timeout must be a positive number of seconds, got {connect_timeout!r}"
         )
+    if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+        raise _errors.InvalidArgument(f"pool_size must be an int >= 1, got {pool_size!r}")
     if (
         isinstance(max_payload_bytes, bool)
         or not isinstance(max_payload_bytes, int)

@@ -12,6 +12,7 @@ import threading
 import time
 
 import alkstore
+from relay import _checks
 
 log = logging.getLogger("alkstore.relay")
 
@@ -31,12 +32,12 @@ class Relay:
         schedules: bool = True,
     ) -> None:
         self.store = store
-        self.batch = batch
+        self.batch = _checks.count("batch", batch)
+        self.lease_ttl = _checks.seconds("lease_ttl", lease_ttl)
         self.lease = store.lease("relay", ttl=lease_ttl)
-        self.lease_ttl = lease_ttl
-        self.poll = min(poll, lease_ttl / 3)
-        self.retention = retention
-        self.maintenance_every = maintenance_every
+        self.poll = min(_checks.seconds("poll", poll), lease_ttl / 3)
+        self.retention = _checks.optional_seconds("retention", retention)
+        self.maintenance_every = _checks.seconds("maintenance_every", maintenance_every)
         self.relayed_events = 0
         self.created_jobs = 0
         self._stop = threading.Event()
@@ -52,7 +53,11 @@ class Relay:
         self.store.engine.wake.fire()  # interrupt an idle wait
 
     def run(self) -> None:
-        """Relay until `stop()` (or a signal handler calling it)."""
+        """Relay until `stop()` (or a signal handler calling it).
+
+        At startup the database must be reachable and migrated (StorageError,
+        NotMigrated); later database errors are logged and retried with backoff."""
+        self.store.check()
         listener = self.store.listen()
         try:
             failures = 0

@@ -17,6 +17,7 @@ import threading
 import time
 
 import alkstore
+from relay import _checks
 
 log = logging.getLogger("alkstore.scheduler")
 
@@ -24,9 +25,9 @@ log = logging.getLogger("alkstore.scheduler")
 class Scheduler:
     def __init__(self, store: alkstore.Store, *, lease_ttl: float = 3.0, poll: float = 1.0) -> None:
         self.store = store
+        self.lease_ttl = _checks.seconds("lease_ttl", lease_ttl)
         self.lease = store.lease("scheduler", ttl=lease_ttl)
-        self.lease_ttl = lease_ttl
-        self.poll = min(poll, lease_ttl / 3)
+        self.poll = min(_checks.seconds("poll", poll), lease_ttl / 3)
         self.fired = 0
         self._stop = threading.Event()
         self._next_prune = 0.0
@@ -50,7 +51,12 @@ class Scheduler:
             self.store.prune_schedule_firings()
 
     def run(self) -> None:
-        """Run until `stop()`, holding the scheduler lease (standbys wait)."""
+        """Run until `stop()`, holding the scheduler lease (standbys wait).
+
+        At startup the database must be reachable and migrated (StorageError,
+        NotMigrated); later failures are logged and retried with backoff."""
+        self.store.check()
+        failures = 0
         try:
             while not self._stop.is_set():
                 try:
@@ -64,9 +70,11 @@ class Scheduler:
                         continue
                     wait = self.tick(self.lease)
                     self._prune()
+                    failures = 0
                 except alkstore.AlkstoreError as exc:  # e.g. the database restarted
-                    log.warning("scheduler tick failed: %s", exc)
-                    wait = self.poll
+                    failures += 1
+                    wait = min(5.0, 0.1 * 2**failures)
+                    log.warning("scheduler tick failed (%s); retrying in %.1fs", exc, wait)
                 self._stop.wait(wait)
         finally:
             if self.lease.token is not None:

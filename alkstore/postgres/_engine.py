@@ -178,10 +178,16 @@ class PostgresEngine:
                 done.append(version)
         return done
 
+    def pending(self) -> list[int]:
+        with self.connection() as conn, translate():
+            return [version for version, _, _ in self._pending(conn)]
+
     def ddl(self, *, pending_only: bool) -> str:
         if pending_only:
             with self.connection() as conn, translate():
                 todo = self._pending(conn)
+            if not todo:
+                return ""
         else:
             todo = _sql.migrations(_PACKAGE, self._namespace)
         parts = [self._q["create_schema"] + ";", self._q["create_migrations_table"] + ";"]
@@ -217,6 +223,15 @@ class PostgresEngine:
         with self.connection() as conn, translate():
             return conn.execute(self._q["oldest_writers"]).fetchall()
 
+    def backlog(self) -> tuple[int, tuple[int, float, str, str] | None]:
+        """(committed events no reader numbered yet, the oldest open transaction that
+        appended events to this namespace) — ADR 0004: nothing waits for them, but an
+        operator asking "where is my event?" sees them."""
+        with self.connection() as conn, translate():
+            row = conn.execute(self._q["unsequenced"]).fetchone()
+            appender = conn.execute(self._q["oldest_appender"]).fetchone()
+            return (int(row[0]) if row else 0), appender
+
     def _sequence(self, conn: psycopg.Connection[Any], batch: int = SEQUENCE_BATCH) -> int:
         """Number committed events; returns how many got a position."""
         row = conn.execute(self._q["sequence_events"], (batch,)).fetchone()
@@ -225,7 +240,10 @@ class PostgresEngine:
     def read(self, after: int, limit: int) -> list[_engine.LogEntry]:
         decode_headers = _events.codec.decode_headers
         with self.connection() as conn, translate():
-            self._sequence(conn, max(limit, SEQUENCE_BATCH))
+            # enough numbered to fill `limit`, SEQUENCE_BATCH rows per statement at most
+            todo = limit
+            while self._sequence(conn) == SEQUENCE_BATCH and todo > SEQUENCE_BATCH:
+                todo -= SEQUENCE_BATCH
             cursor = conn.execute(self._q["read_events"], (after, limit))
             return [
                 _engine.LogEntry(pos, typ, key, decode_headers(hdr), payload, at)

@@ -36,7 +36,7 @@ def version(conn: psycopg.Connection[Any], q: dict[str, LiteralString]) -> int |
 
 
 # Application connections whose schema version was checked, per namespace: once per
-# connection, not per append (docs/adr/0002, addendum 2026-12-02).
+# connection, not per append (docs/adr/0002, addendum 2026-12-01).
 _checked: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
 

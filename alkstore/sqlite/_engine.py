@@ -195,10 +195,16 @@ class SqliteEngine:
                 done.append(version)
         return done
 
+    def pending(self) -> list[int]:
+        with self._idle() as conn, _translate(conn, self._namespace):
+            return [version for version, _, _ in self._pending(conn)]
+
     def ddl(self, *, pending_only: bool) -> str:
         if pending_only:
             with self._idle() as conn:
                 todo = self._pending(conn)
+            if not todo:
+                return ""
         else:
             todo = _sql.migrations(_PACKAGE, self._namespace)
         parts = [self._q["create_migrations_table"] + ";"]
@@ -237,6 +243,10 @@ class SqliteEngine:
 
     def holdups(self) -> list[tuple[int, float, str, str]]:
         return []
+
+    def backlog(self) -> tuple[int, tuple[int, float, str, str] | None]:
+        """Nothing waits for a position: rowid order is commit order."""
+        return 0, None
 
     # -- queues ----------------------------------------------------------------------
 

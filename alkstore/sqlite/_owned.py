@@ -40,5 +40,5 @@ def append_on(conn: apsw.Connection, namespace: str, rows: Sequence[_engine.Even
 
 
 # Application connections whose schema version was checked, per namespace: once per
-# connection, not per append (docs/adr/0002, addendum 2026-12-02).
+# connection, not per append (docs/adr/0002, addendum 2026-12-01).
 _checked: weakref.WeakKeyDictionary[apsw.Connection, set[str]] = weakref.WeakKeyDictionary()

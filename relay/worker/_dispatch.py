@@ -27,6 +27,7 @@ from relay import _handlers
 from relay.worker import _acks, _due, _inflight, _outcomes, _slots
 
 log = logging.getLogger("alkstore.worker")
+ONCE_ATTEMPTS = 5  # claim failures in a row that end a `once` drain (about 3 s of backoff)
 
 
 @dataclass
@@ -56,6 +57,8 @@ class Dispatcher:
         self._lock = threading.Lock()  # the prefetch: the claim loop and handler threads
         self._asked = False  # a handler thread woke the claim loop to top the prefetch up
         self._prefetch = max(handler.concurrency, min(ctx.batch, 8 * handler.concurrency))
+        self.queue = handler.queue
+        self.gave_up: alkstore.StorageError | None = None  # the error that ended a drain
 
     def _low(self) -> bool:
         """Time to claim more: no more prefetched jobs than handlers, and room for more."""
@@ -90,6 +93,11 @@ class Dispatcher:
                 except alkstore.StorageError as exc:
                     ctx.slots.give(name, free)
                     failures += 1
+                    if self._once and failures >= ONCE_ATTEMPTS:
+                        log.error("claim on %s failed %d times (%s); ending", name, failures, exc)
+                        self.gave_up = exc
+                        ctx.stop.set()  # the drain cannot finish: every queue stops
+                        return
                     delay = wait(_attempt(failures))
                     log.warning("claim on %s failed (%s); retrying in %.1fs", name, exc, delay)
                     ctx.stop.wait(delay)

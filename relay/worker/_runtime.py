@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import alkstore
-from relay import _handlers
+from relay import _checks, _handlers
 from relay.worker import _acks, _dispatch, _inflight, _leases, _outcomes, _slots
 
 log = logging.getLogger("alkstore.worker")
@@ -43,14 +43,16 @@ class Worker:
     ) -> None:
         self.store = store
         self.concurrency = concurrency
-        self.batch = batch
-        self.visibility = visibility
-        self.poll = poll
-        self.grace = grace
-        self.ack_flush = ack_flush
+        self.batch = _checks.count("batch", batch)
+        self.visibility = _checks.optional_seconds("visibility", visibility)
+        self.poll = _checks.seconds("poll", poll)
+        self.grace = _checks.seconds("grace", grace, zero=True)
+        self.ack_flush = _checks.seconds("ack_flush", ack_flush, zero=True)
         self.renew = renew
-        self.maintenance_every = maintenance_every
-        self.unknown_type_grace = unknown_type_grace
+        self.maintenance_every = _checks.seconds("maintenance_every", maintenance_every)
+        self.unknown_type_grace = _checks.seconds(
+            "unknown_type_grace", unknown_type_grace, zero=True
+        )
         self.on_outcome = on_outcome
         self.handlers: dict[str, _handlers.Handler] = {}
         self.counters = _inflight.Counters()
@@ -61,12 +63,23 @@ class Worker:
         self._inflight = _inflight.InFlight()
         self._running = threading.Lock()  # held by run()
 
+    @property
+    def concurrency(self) -> int:
+        """How many handlers run at once in total (>= 1)."""
+        return self._concurrency
+
+    @concurrency.setter
+    def concurrency(self, value: int) -> None:
+        self._concurrency = _checks.count("concurrency", value)
+
     def handler(
         self, queue: str, *, concurrency: int = 8, timeout: float | None = None
     ) -> Callable[[F], F]:
         """Register `fn(job)` (sync or async) for `queue`; the `Job[X]` annotation decides
         how the payload is decoded."""
         self.store.queue(queue)  # validates the name
+        _checks.count("concurrency", concurrency)
+        _checks.optional_seconds("timeout", timeout)
 
         def register(fn: F) -> F:
             self.handlers[queue] = _handlers.make_handler(queue, fn, concurrency, timeout)
@@ -87,6 +100,9 @@ class Worker:
         """Process jobs until `stop()`; with once=True, until the queues have no ready job.
 
         One run() at a time (another raises at once); it may run again once it returned.
+        At startup the database must be reachable and migrated (StorageError,
+        NotMigrated). Later claim failures are logged and retried with backoff; with
+        once=True, ONCE_ATTEMPTS failures in a row end the drain with the last error.
         Raises WorkerCrashed if one of the worker's own threads failed (never for what a
         handler does): a supervisor should restart the process."""
         names = list(self.handlers) if queues is None else list(queues)
@@ -103,6 +119,7 @@ class Worker:
             self._running.release()
 
     def _run(self, names: list[str], once: bool) -> None:
+        self.store.check()
         self._stop.clear()
         self._done.clear()
         self._crash = None
@@ -145,12 +162,11 @@ class Worker:
         # A handler thread takes its queue's next prefetched job itself, unless queues share
         # a total smaller than their sum (then slots go back, for the other queues' turn).
         hand_on = len(names) == 1 or self.concurrency >= sum(slots.per_queue.values())
-        dispatchers = []
-        for q in names:
-            dispatcher = _dispatch.Dispatcher(ctx, self.handlers[q], once)
-            if hand_on and not self.handlers[q].is_async:
-                outcomes.next_job[q] = dispatcher.next_job
-            dispatchers.append(self._thread(f"claim-{q}", dispatcher.run))
+        claimers = [_dispatch.Dispatcher(ctx, self.handlers[q], once) for q in names]
+        for claimer in claimers:
+            if hand_on and not self.handlers[claimer.queue].is_async:
+                outcomes.next_job[claimer.queue] = claimer.next_job
+        dispatchers = [self._thread(f"claim-{c.queue}", c.run) for c in claimers]
         log.info("worker started: queues %s, concurrency %d", ", ".join(names), self.concurrency)
         for thread in helpers + dispatchers:
             thread.start()
@@ -165,6 +181,9 @@ class Worker:
             raise WorkerCrashed(
                 f"the worker stopped: {type(self._crash).__name__}: {self._crash}"
             ) from self._crash
+        for claimer in claimers:
+            if claimer.gave_up is not None:
+                raise claimer.gave_up
 
     def _thread(self, name: str, target: Callable[..., None], *args: Any) -> threading.Thread:
         """A worker thread whose unexpected exception stops the whole worker (logged)."""

@@ -578,7 +578,9 @@ def test_a_replay_during_a_batch_is_not_overwritten(store: alkstore.Store) -> No
     drain(store, "q")
     append(store, OrderCreated(order_id=3))
     with batch_paused_before_advance(store) as resume:
-        assert concurrently(lambda: store.replay("q", 1), resume) == [None]
+        # the replay waits for the batch: it moves the checkpoint back from 3, not from 2
+        replayed = alkstore.Replay("q", previous=3, checkpoint=0, redelivered=3, skipped=0)
+        assert concurrently(lambda: store.replay("q", 1), resume) == [replayed]
     assert checkpoints(store) == {"q": 0}, "the batch overwrote the replayed checkpoint"
     relay_all(store)
     assert positions_in(store, "q") == [1, 2, 3, 3]

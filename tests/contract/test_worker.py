@@ -272,7 +272,6 @@ def test_total_concurrency_caps_all_queues_together(store: alkstore.Store) -> No
     assert worker.counters["ack"] == 16
 
 
-
 def test_queues_sharing_a_smaller_total_take_turns(store: alkstore.Store) -> None:
     """A handler thread takes its queue's next prefetched job with the same slot, except
     when queues share a total smaller than their sum: then the slot goes back, and a
@@ -295,6 +294,7 @@ def test_queues_sharing_a_smaller_total_take_turns(store: alkstore.Store) -> Non
 
     assert len(order) == 41
     assert order.index("urgent") < 20, f"urgent ran only after {order.index('urgent')} jobs"
+
 
 # -- lease renewal --------------------------------------------------------------------------
 

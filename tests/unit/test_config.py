@@ -97,3 +97,12 @@ def test_missing_sqlite_directory_is_invalid_url(tmp_path: object) -> None:
 def test_unreachable_postgres_is_a_storage_error() -> None:
     with pytest.raises(alkstore.StorageError, match="cannot connect to PostgreSQL"):
         alkstore.connect("postgresql://root@127.0.0.1:1/none")
+
+
+def test_the_cli_help_names_connects_own_defaults() -> None:
+    from relay.cli import _parser
+
+    assert (_parser.DEFAULT_DB, _parser.DEFAULT_NAMESPACE) == (
+        _config.DEFAULT_URL,
+        _config.DEFAULT_NAMESPACE,
+    )

@@ -18,6 +18,16 @@ SELECT queue, events::text, checkpoint, updated_at FROM {ns}.subscriptions ORDER
 UPDATE {ns}.subscriptions SET checkpoint = %(checkpoint)s, updated_at = {now}
 WHERE queue = %(queue)s RETURNING queue
 
+-- name: replay_start
+-- The subscription's checkpoint and the log head, the row locked until the replay commits
+-- (a relay batch in flight finishes first: relay_bounds locks the same rows).
+SELECT s.checkpoint, (SELECT head FROM {ns}.log_head)
+FROM {ns}.subscriptions AS s WHERE s.queue = %(queue)s FOR UPDATE
+
+-- name: count_events
+-- Events still in the log in the range (low, high] (retention may have pruned some).
+SELECT count(*) FROM {ns}.events WHERE position > %(low)s AND position <= %(high)s
+
 -- name: relay_bounds
 -- Locks every subscription row until the batch commits (a concurrent replay or
 -- unsubscribe waits) and names them: insert and advance touch exactly these, so a
@@ -60,10 +70,18 @@ UPDATE {ns}.subscriptions SET checkpoint = %(high)s, updated_at = {now}
 WHERE checkpoint < %(high)s AND queue IN (SELECT jsonb_array_elements_text(%(queues)s::jsonb))
 
 -- name: lag
-SELECT s.queue, s.checkpoint, greatest(h.head - s.checkpoint, 0),
-       (SELECT e.appended_at FROM {ns}.events AS e
-        WHERE e.position > s.checkpoint ORDER BY e.position LIMIT 1)
-FROM {ns}.subscriptions AS s, {ns}.log_head AS h
+-- Events still to relay: from the first one left after the checkpoint to the head.
+-- Positions below it that retention pruned (a replay into pruned history) are not
+-- counted: the relay passes them without a job (0 when none is left at all).
+SELECT s.queue, s.checkpoint,
+       CASE WHEN f.position IS NULL THEN 0
+            ELSE greatest(h.head - greatest(s.checkpoint, f.position - 1), 0) END,
+       f.appended_at
+FROM {ns}.subscriptions AS s
+CROSS JOIN {ns}.log_head AS h
+LEFT JOIN LATERAL (
+    SELECT e.position, e.appended_at FROM {ns}.events AS e
+    WHERE e.position > s.checkpoint ORDER BY e.position LIMIT 1) AS f ON true
 ORDER BY s.queue
 
 -- name: prune_log
@@ -81,7 +99,20 @@ WHERE backend_xid IS NOT NULL AND datname = current_database() AND pid <> pg_bac
 ORDER BY xact_start LIMIT 5
 
 -- name: unsequenced
+-- Committed events that no reader has numbered yet (the partial index on them).
 SELECT count(*) FROM {ns}.events WHERE position IS NULL
+
+-- name: oldest_appender
+-- The oldest open transaction that wrote into this namespace's log and has not ended:
+-- its events are unsequenced until it commits (ADR 0004). Writing takes ROW EXCLUSIVE
+-- on the table until the transaction ends; so do our own sequencer and pruning, for
+-- the length of one statement.
+SELECT a.pid, extract(epoch FROM now() - a.xact_start)::float8, a.state, left(a.query, 200)
+FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.locktype = 'relation' AND l.relation = '{ns}.events'::regclass
+  AND l.mode = 'RowExclusiveLock' AND l.granted
+  AND a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid()
+ORDER BY a.xact_start LIMIT 1
 
 -- name: lock_acquire
 INSERT INTO {ns}.locks (name, holder, token, expires_at)

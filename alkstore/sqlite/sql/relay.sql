@@ -17,6 +17,16 @@ SELECT queue, events, checkpoint, updated_at FROM {ns}__subscriptions ORDER BY q
 UPDATE {ns}__subscriptions SET checkpoint = :checkpoint, updated_at = {now}
 WHERE queue = :queue RETURNING queue
 
+-- name: replay_start
+-- The subscription's checkpoint and the log head, in the replay's write transaction
+-- (SQLite's single writer keeps both from moving until it commits).
+SELECT checkpoint, coalesce((SELECT seq FROM sqlite_sequence WHERE name = '{ns}__events'), 0)
+FROM {ns}__subscriptions WHERE queue = :queue
+
+-- name: count_events
+-- Events still in the log in the range (:low, :high] (retention may have pruned some).
+SELECT count(*) FROM {ns}__events WHERE position > :low AND position <= :high
+
 -- name: relay_bounds
 -- Names the subscriptions the batch covers (SQLite's single writer already keeps
 -- them from changing until the batch commits).
@@ -55,13 +65,20 @@ UPDATE {ns}__subscriptions SET checkpoint = :high, updated_at = {now}
 WHERE checkpoint < :high AND queue IN (SELECT value FROM json_each(:queues))
 
 -- name: lag
-SELECT s.queue, s.checkpoint,
-       max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = '{ns}__events'), 0)
-           - s.checkpoint, 0),
-       (SELECT e.appended_at FROM {ns}__events AS e
-        WHERE e.position > s.checkpoint ORDER BY e.position LIMIT 1)
-FROM {ns}__subscriptions AS s
-ORDER BY s.queue
+-- Events still to relay: from the first one left after the checkpoint to the head.
+-- Positions below it that retention pruned (a replay into pruned history) are not
+-- counted: the relay passes them without a job (0 when none is left at all).
+SELECT f.queue, f.checkpoint,
+       CASE WHEN f.first_pos IS NULL THEN 0
+            ELSE max(f.head - max(f.checkpoint, f.first_pos - 1), 0) END,
+       (SELECT e.appended_at FROM {ns}__events AS e WHERE e.position = f.first_pos)
+FROM (
+    SELECT s.queue, s.checkpoint,
+           (SELECT min(e.position) FROM {ns}__events AS e WHERE e.position > s.checkpoint)
+               AS first_pos,
+           coalesce((SELECT seq FROM sqlite_sequence WHERE name = '{ns}__events'), 0) AS head
+    FROM {ns}__subscriptions AS s) AS f
+ORDER BY f.queue
 
 -- name: prune_log
 DELETE FROM {ns}__events WHERE position IN (

@@ -1,0 +1,5 @@
+"""`python -m relay.cli`: the `alkstore` command."""
+
+from relay.cli import main
+
+raise SystemExit(main())
