@@ -12,7 +12,7 @@ from typing import Any, ClassVar, dataclass_transform
 
 import msgspec
 
-from alkstore import _errors
+from alkstore import _errors, _payloads
 
 
 class _EventMeta(msgspec.StructMeta):
@@ -54,10 +54,16 @@ def type_name(event_cls: type[Event]) -> str:
 
 
 class Codec:
-    """Encodes events and headers to JSON and decodes them back by type name."""
+    """Encodes events and headers to JSON and decodes them back by type name.
+
+    Every payload it encodes is checked to come back as it went in (docs/adr/0003,
+    addendum 2026-12-02): decoded again, with the event's own type or as plain JSON,
+    and compared; InvalidPayload names what would not, before anything is written."""
 
     def __init__(self) -> None:
         self._encoder = msgspec.json.Encoder()
+        self._json = msgspec.json.Decoder()
+        self._checkers: dict[type[Event], msgspec.json.Decoder[Any]] = {}
         self._decoders: dict[str, msgspec.json.Decoder[Any]] = {}
         self._types: dict[str, type[Event]] = {}
         self._seen = 0
@@ -67,7 +73,7 @@ class Codec:
         self._names: dict[type[Event], str] = {}
 
     def encode(self, event: Event) -> tuple[str, bytes]:
-        """Return (type name, JSON payload) for an event instance."""
+        """Return (type name, JSON payload) for an event instance that decodes back equal."""
         if not isinstance(event, Event):
             raise _errors.EventError(
                 f"expected an alkstore.Event instance, got {type(event).__name__}"
@@ -77,24 +83,89 @@ class Codec:
         if name is None:
             name = self._names[cls] = type_name(cls)
         try:
-            return name, self._encoder.encode(event)
+            raw = self._encoder.encode(event)
         except (TypeError, ValueError, OverflowError) as exc:
             raise _errors.InvalidPayload(name, str(exc)) from exc
+        try:
+            back = self._checker(cls).decode(raw)
+        except msgspec.DecodeError as exc:  # a field that does not match its type
+            raise _errors.InvalidPayload(name, _payloads.explain(event) or str(exc)) from exc
+        if back != event or _payloads.NUL_ESCAPE in raw:
+            problem = _payloads.explain(event, back)
+            if problem:
+                raise _errors.InvalidPayload(name, problem)
+        return name, raw
 
     def encode_value(self, value: object) -> bytes:
-        """Encode any msgspec-encodable value (headers, job payloads)."""
+        """Encode a plain payload (job payloads, progress) that decodes back equal as JSON."""
         try:
-            return self._encoder.encode(value)
+            raw = self._encoder.encode(value)
         except (TypeError, ValueError, OverflowError) as exc:
-            raise _errors.EventError(f"cannot encode value: {exc}") from exc
+            raise _errors.InvalidPayload(
+                None, f"cannot encode {_payloads.type_label(value)}: {exc}"
+            ) from exc
+        back = self._json.decode(raw)
+        if back != value or _payloads.NUL_ESCAPE in raw:
+            self._refuse_value(value, back)
+        return raw
 
     def encode_lines(self, values: Sequence[object]) -> bytes:
         """Values (events or plain) as newline-delimited JSON: each line is what `encode`
-        or `encode_value` makes of it (the bulk enqueue, docs/adr/0013)."""
+        or `encode_value` makes of it (the bulk enqueue, docs/adr/0013), checked in one
+        decode of the whole batch when it holds one kind of payload."""
         try:
-            return self._encoder.encode_lines(values)
+            blob = self._encoder.encode_lines(values)
         except (TypeError, ValueError, OverflowError) as exc:
             raise _errors.EventError(f"cannot encode value: {exc}") from exc
+        if _payloads.NUL_ESCAPE not in blob and self._lines_equal(values, blob):
+            return blob
+        for value in values:  # the first that would not come back raises its own error
+            if isinstance(value, Event):
+                self.encode(value)
+            else:
+                self.encode_value(value)
+        return blob  # what failed the batch's comparison came back equal field by field
+
+    def _lines_equal(self, values: Sequence[object], blob: bytes) -> bool:
+        """Whether every line of `blob` decodes back equal to its value: one decode of the
+        whole batch when it holds plain payloads or events of one class."""
+        values = values if isinstance(values, list) else list(values)
+        kinds = set(map(type, values))
+        try:
+            if not any(issubclass(kind, Event) for kind in kinds):
+                return bool(self._json.decode_lines(blob) == values)
+            if len(kinds) == 1:
+                return bool(self._checker(kinds.pop()).decode_lines(blob) == values)
+            lines = blob.split(b"\n")
+            return all(
+                (self._checker(type(value)) if isinstance(value, Event) else self._json).decode(
+                    line
+                )
+                == value
+                for value, line in zip(values, lines, strict=False)
+            )
+        except msgspec.DecodeError:
+            return False
+
+    def _refuse_value(self, value: object, back: object) -> None:
+        problem = _payloads.explain(value, back)
+        if problem:
+            if "would come back" in problem:
+                problem = f"{problem}; {_payloads.PLAIN}"
+            raise _errors.InvalidPayload(None, problem)
+
+    def _checker(self, cls: type[Event]) -> msgspec.json.Decoder[Any]:
+        """The decoder that checks `cls`'s payloads as they are encoded (cached)."""
+        checker = self._checkers.get(cls)
+        if checker is None:
+            try:
+                checker = msgspec.json.Decoder(cls)
+            except Exception as exc:  # an annotation msgspec cannot resolve or decode
+                raise _errors.EventError(
+                    f"{cls.__qualname__} cannot be decoded, so it cannot be appended: {exc}"
+                ) from exc
+            self._checkers[cls] = checker
+        return checker
 
     def name_of(self, cls: type[Event]) -> str:
         """The stored type name of an Event class (cached)."""
@@ -108,7 +179,10 @@ class Codec:
             return None
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
             raise _errors.EventError("headers must map str to str")
-        return self._encoder.encode(headers)
+        raw = self._encoder.encode(headers)
+        if _payloads.NUL_ESCAPE in raw and any("\x00" in k + v for k, v in headers.items()):
+            raise _errors.EventError("headers must not hold a NUL character (PostgreSQL cannot)")
+        return raw
 
     def decode_headers(self, raw: bytes | str | None) -> dict[str, str]:
         """Stored headers: a JSON object of strings (InvalidHeaders if not)."""

@@ -204,8 +204,7 @@ class Schedules:
             raise _errors.InvalidArgument(
                 f'catch_up must be "latest", "all" or "none": {catch_up!r}'
             )
-        if key is not None and not isinstance(key, str):
-            raise _errors.InvalidArgument(f"key must be a str or None, got {key!r}")
+        _engine.check_key(key)
         now = self._rt.now_ms()
         start = now if start is None else start
         return {
@@ -222,9 +221,11 @@ class Schedules:
             "now": now,
         }
 
-    @staticmethod
-    def _encode(event: _events.Event) -> tuple[str, str]:
+    def _encode(self, event: _events.Event) -> tuple[str, str]:
+        """The event as its firings append it: checked as `tx.append` checks it."""
         event_type, payload = _events.codec.encode(event)
+        if len(payload) > self._rt.max_payload_bytes:
+            raise _errors.PayloadTooLarge(len(payload), self._rt.max_payload_bytes, event_type)
         return event_type, payload.decode()
 
     @staticmethod
