@@ -79,15 +79,20 @@ def reason(text: object) -> str:
     return text.replace("\x00", "\\x00") if "\x00" in text else text
 
 
+def size(text: str) -> int:
+    """The UTF-8 length of a JSON text (its length when ASCII: no copy)."""
+    return len(text) if text.isascii() else len(text.encode())
+
+
 def encode_payload(payload: object, limit: int) -> tuple[str | None, str]:
     """(event type or None, JSON text) for a job payload; typed errors, nothing written."""
     if isinstance(payload, _events.Event):
-        type_name, raw = _events.codec.encode(payload)
+        type_name, text = _events.codec.encode(payload)
     else:
-        type_name, raw = None, _events.codec.encode_value(payload)
-    if len(raw) > limit:
-        raise _errors.PayloadTooLarge(len(raw), limit, type_name)
-    return type_name, raw.decode()
+        type_name, text = None, _events.codec.encode_value(payload)
+    if len(text) > limit // 4 and size(text) > limit:  # UTF-8: at most 4 bytes a character
+        raise _errors.PayloadTooLarge(size(text), limit, type_name)
+    return type_name, text
 
 
 def encode_payloads(payloads: Sequence[object], limit: int) -> tuple[list[str | None], list[str]]:

@@ -201,9 +201,9 @@ def batched_rows(
     rows: list[EventRow] = []
     for event in events:
         name, payload = codec.encode(event)
-        if len(payload) > limit:
-            raise _errors.PayloadTooLarge(len(payload), limit, name)
-        rows.append((name, key, encoded_headers, payload.decode()))
+        if len(payload) > limit // 4 and _checks.size(payload) > limit:
+            raise _errors.PayloadTooLarge(_checks.size(payload), limit, name)
+        rows.append((name, key, encoded_headers, payload))
     return rows
 
 

@@ -405,7 +405,7 @@ class Queue:
 
     def _heartbeat(self, job: _jobs.Job[Any], progress: Any, extend: float | None) -> None:
         lease = job.lease_ms if extend is None else lease_ms("extend", extend)
-        encoded = None if progress is None else _events.codec.encode_value(progress).decode()
+        encoded = None if progress is None else _events.codec.encode_value(progress)
         self._checked(job, "heartbeat", "heartbeat", lease_ms=lease, progress=encoded)
 
     # -- dead letters and stats ------------------------------------------------------

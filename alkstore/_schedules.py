@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import msgspec
 from croniter import CroniterBadDateError, CroniterError, croniter
 
-from alkstore import _config, _engine, _errors, _events, _jobs, _queue
+from alkstore import _checks, _config, _engine, _errors, _events, _jobs, _queue
 
 log = logging.getLogger("alkstore.scheduler")
 
@@ -224,9 +224,11 @@ class Schedules:
     def _encode(self, event: _events.Event) -> tuple[str, str]:
         """The event as its firings append it: checked as `tx.append` checks it."""
         event_type, payload = _events.codec.encode(event)
-        if len(payload) > self._rt.max_payload_bytes:
-            raise _errors.PayloadTooLarge(len(payload), self._rt.max_payload_bytes, event_type)
-        return event_type, payload.decode()
+        if _checks.size(payload) > self._rt.max_payload_bytes:
+            raise _errors.PayloadTooLarge(
+                _checks.size(payload), self._rt.max_payload_bytes, event_type
+            )
+        return event_type, payload
 
     @staticmethod
     def _start_ms(start_at: datetime | float | None) -> int | None:
@@ -407,7 +409,7 @@ def tick(rt: _queue.Runtime, lease: Any = None, limit: int = 100) -> int:
                         "alkstore-schedule": schedule.name,
                         "alkstore-boundary": _jobs.from_ms(boundary).isoformat(),
                     }
-                    encoded = _events.codec.encode_value(headers).decode()
+                    encoded = _events.codec.encode_value(headers)
                     rows.append((schedule.event_type, schedule.key, encoded, schedule.payload))
             if rows:
                 engine.insert_events(conn, rows)

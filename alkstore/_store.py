@@ -52,14 +52,14 @@ class Transaction:
         codec = _events.codec
         name, payload = codec.encode(event)
         limit = self._runtime.max_payload_bytes
-        if len(payload) > limit:
-            raise _errors.PayloadTooLarge(len(payload), limit, name)
+        if len(payload) > limit // 4 and _checks.size(payload) > limit:
+            raise _errors.PayloadTooLarge(_checks.size(payload), limit, name)
         raw_headers = codec.encode_headers(headers) if headers else None
         row: _engine.EventRow = (
             name,
             _engine.check_key(key),
             raw_headers.decode() if raw_headers is not None else None,
-            payload.decode(),
+            payload,
         )
         self._engine.insert_events(self.connection, (row,))
         self.wrote = True
