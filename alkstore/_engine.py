@@ -208,6 +208,8 @@ def batched_rows(
 
 
 def check_key(key: object) -> str | None:
-    if key is not None and not isinstance(key, str):
+    if key is None or (type(key) is str and "\x00" not in key):
+        return key
+    if not isinstance(key, str):
         raise _errors.InvalidArgument(f"key must be a str or None, got {type(key).__name__}")
     return _checks.no_nul("key", key)

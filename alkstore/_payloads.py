@@ -1,17 +1,26 @@
-"""Why a payload would not come back as it went in: the words of an InvalidPayload.
+"""The payload check's two halves: cheap proofs that an event comes back as it went in,
+and the words of an InvalidPayload when a payload would not.
 
 The codec (alkstore/_events.py) accepts a payload when decoding its JSON gives back a
 value equal to it: an event decoded with its own Struct type, a plain payload decoded
-as JSON. That one comparison, in C, refuses event fields that do not match their type,
-NaN and infinity (JSON has neither: msgspec writes null), and values JSON gives back
-changed (a datetime or Decimal as str, a set or tuple as list); a string holding NUL is
-refused because PostgreSQL's jsonb cannot store it (docs/adr/0003, addendum 2026-12-02).
-Only a refused payload is walked here, in Python, to name the value and where it is.
+as JSON. That comparison refuses event fields that do not match their type, NaN and
+infinity (JSON has neither: msgspec writes null), and values JSON gives back changed (a
+datetime or Decimal as str, a set or tuple as list); a string holding NUL is refused
+because PostgreSQL's jsonb cannot store it (docs/adr/0003, addendum 2026-12-02).
+
+Decoding an event costs more than encoding it, so the common events skip it:
+`event_check(cls)` proves in a few type tests that an event whose fields are ints,
+strings without NUL, finite floats, bools or None comes back equal. Other events, and
+plain payloads (for which a walk in Python costs more than msgspec's decode), are
+decoded and compared; only a refused payload is walked by `explain`, to name the value
+and where it is.
 """
 
 from __future__ import annotations
 
+import keyword
 import math
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -27,6 +36,48 @@ PLAIN = (
 )
 
 _MISSING: Any = object()
+
+
+_TESTS: dict[type, str] = {  # msgspec.inspect types -> a test proving `{v}` comes back
+    msgspec.inspect.IntType: "type({v}) is int",
+    msgspec.inspect.StrType: '(type({v}) is str and "\\x00" not in {v})',
+    msgspec.inspect.FloatType: "(type({v}) is float and {v} - {v} == 0.0)",
+    msgspec.inspect.BoolType: "type({v}) is bool",
+    msgspec.inspect.NoneType: "{v} is None",
+}
+
+
+def _test(info: msgspec.inspect.Type) -> str | None:
+    """A test proving `{v}` decodes back equal as type `info`, or None (no cheap proof)."""
+    if isinstance(info, msgspec.inspect.UnionType):
+        tests = [_test(member) for member in info.types]
+        if any(test is None for test in tests):
+            return None
+        return "(" + " or ".join(tests) + ")"  # type: ignore[arg-type]
+    constrained = any(getattr(info, slot) is not None for slot in info.__struct_fields__)
+    return None if constrained else _TESTS.get(type(info))
+
+
+def event_check(cls: type[msgspec.Struct]) -> Callable[[Any], bool] | None:
+    """For a Struct whose fields are all ints, strings, floats, bools or None (without
+    msgspec constraints): a function proving that an instance decodes back equal,
+    compiled once per class (as dataclasses compile `__init__`). None for other Structs:
+    their instances are decoded and compared."""
+    try:
+        info = msgspec.inspect.type_info(cls)
+    except Exception:  # the codec's own decoder reports what it cannot resolve
+        return None
+    if not isinstance(info, msgspec.inspect.StructType):
+        return None
+    tests = []
+    for field in info.fields:
+        test = _test(field.type)
+        if test is None or not field.name.isidentifier() or keyword.iskeyword(field.name):
+            return None
+        tests.append(test.format(v=f"e.{field.name}"))
+    source = "lambda e: " + (" and ".join(tests) or "True")
+    check: Callable[[Any], bool] = eval(source, {})  # field names and _TESTS only
+    return check
 
 
 def type_label(value: object) -> str:
