@@ -129,19 +129,24 @@ class Codec:
 
     def _proven(self, values: Sequence[object], blob: bytes) -> bool:
         """Whether every value comes back equal, checked for the whole batch at once:
-        plain payloads in one decode, events of one class by its proof or one decode."""
+        events by their classes' proofs, plain payloads or events of one class in one
+        decode; anything else is left to the one-by-one check."""
         kinds = set(map(type, values))
-        if len(kinds) == 1 and issubclass(cls := next(iter(kinds)), Event):
-            proof = self._proofs.get(cls, _UNKNOWN)
-            if proof is _UNKNOWN:
-                proof = self._proof(cls)
-            if proof is not None:
-                return all(map(proof, values))
-            decoder = self._checker(cls)
-        elif any(issubclass(kind, Event) for kind in kinds):
-            return False  # mixed: one by one
-        else:
-            decoder = self._json
+        proofs: dict[type, Callable[[Any], bool] | None] = {}
+        for kind in kinds:
+            if issubclass(kind, Event):
+                proof = self._proofs.get(kind, _UNKNOWN)
+                proofs[kind] = self._proof(kind) if proof is _UNKNOWN else proof
+        decoder = self._json
+        if proofs:
+            checks = [proof for proof in proofs.values() if proof is not None]
+            if len(checks) == len(kinds) == 1:
+                return all(map(checks[0], values))
+            if len(checks) == len(kinds):
+                return all(proofs[type(value)](value) for value in values)  # type: ignore[misc]
+            if len(kinds) > 1:
+                return False  # mixed kinds: one by one
+            decoder = self._checker(next(iter(proofs)))
         if _NUL in blob:
             return False
         try:

@@ -143,3 +143,19 @@ def test_refusals_name_the_type_and_the_path() -> None:
         "invalid payload: inf at `$['odd key']`: JSON has no NaN or infinity (it would be "
         "stored as null)"
     )
+
+
+def test_a_batch_of_several_kinds_is_checked_item_by_item() -> None:
+    good = Simple(n=1, s="a", x=1.5)
+    encode_lines = _events.codec.encode_lines
+    assert encode_lines([good, NoEq(items=[2.5]), {"a": 1}]).count(b"\n") == 3
+    assert encode_lines([good, Constrained(n=1)] * 20).count(b"\n") == 40
+    bad: list[tuple[list[object], str]] = [
+        ([good] * 20 + [Constrained(n=-1)], r"Expected `int` >= 0"),
+        ([good, NoEq(items=[math.inf])], r"inf at `\$\.items\[0\]`"),
+        ([good, Simple(n=1, s="a\x00", x=0.0)], r"NUL character at `\$\.s`"),
+        ([good, {"a": {1, 2}}], r"set at `\$\.a`"),
+    ]
+    for values, message in bad:
+        with pytest.raises(alkstore.InvalidPayload, match=message):
+            encode_lines(values)
