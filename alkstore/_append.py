@@ -8,13 +8,16 @@ from typing import Any, overload
 import apsw
 import psycopg
 
-from alkstore import _config, _engine, _events, postgres, sqlite
+from alkstore import _checks, _config, _engine, _events, postgres, sqlite
+
+DEFAULT_MAX_PAYLOAD = _checks.DEFAULT_MAX_PAYLOAD
 
 
 def _rows(
-    events: Iterable[_events.Event], key: str | None, headers: dict[str, str] | None
+    events: Iterable[_events.Event], key: str | None, headers: dict[str, str] | None, limit: int
 ) -> list[_engine.EventRow]:
-    return list(_engine.batched_rows(list(events), _engine.check_key(key), headers))
+    limit = _checks.payload_limit(limit)
+    return list(_engine.batched_rows(list(events), _engine.check_key(key), headers, limit))
 
 
 @overload
@@ -25,6 +28,7 @@ def append_many(
     key: str | None = ...,
     headers: dict[str, str] | None = ...,
     namespace: str = ...,
+    max_payload_bytes: int = ...,
 ) -> Awaitable[None]: ...
 @overload
 def append_many(
@@ -34,6 +38,7 @@ def append_many(
     key: str | None = ...,
     headers: dict[str, str] | None = ...,
     namespace: str = ...,
+    max_payload_bytes: int = ...,
 ) -> None: ...
 def append_many(
     conn: Any,
@@ -42,15 +47,19 @@ def append_many(
     key: str | None = None,
     headers: dict[str, str] | None = None,
     namespace: str = _config.DEFAULT_NAMESPACE,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
 ) -> Awaitable[None] | None:
     """Append events on a connection you own, inside the transaction open on it.
 
     Works on apsw.Connection, psycopg.Connection and psycopg.AsyncConnection
     (await the result). The events commit or roll back with your transaction;
     with no transaction open this raises NotInTransaction, it never autocommits.
+    Each event is checked as `tx.append` checks it, before anything is sent:
+    InvalidPayload if it would not decode back equal, PayloadTooLarge over
+    `max_payload_bytes` (set it as in `alkstore.connect` of the processes that relay).
     """
     _config.check_name("namespace", namespace)
-    rows = _rows(events, key, headers)
+    rows = _rows(events, key, headers, max_payload_bytes)
     if isinstance(conn, psycopg.AsyncConnection):
         return postgres.append_on_async(conn, namespace, rows)
     if isinstance(conn, psycopg.Connection):
@@ -73,6 +82,7 @@ def append(
     key: str | None = ...,
     headers: dict[str, str] | None = ...,
     namespace: str = ...,
+    max_payload_bytes: int = ...,
 ) -> Awaitable[None]: ...
 @overload
 def append(
@@ -82,6 +92,7 @@ def append(
     key: str | None = ...,
     headers: dict[str, str] | None = ...,
     namespace: str = ...,
+    max_payload_bytes: int = ...,
 ) -> None: ...
 def append(
     conn: Any,
@@ -90,9 +101,15 @@ def append(
     key: str | None = None,
     headers: dict[str, str] | None = None,
     namespace: str = _config.DEFAULT_NAMESPACE,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
 ) -> Awaitable[None] | None:
     """Append one event on a connection you own; see `append_many`."""
     result: Awaitable[None] | None = append_many(
-        conn, [event], key=key, headers=headers, namespace=namespace
+        conn,
+        [event],
+        key=key,
+        headers=headers,
+        namespace=namespace,
+        max_payload_bytes=max_payload_bytes,
     )
     return result

@@ -192,7 +192,8 @@ def _spec_options(spec: JobSpec, base: Options) -> Options:
         backoff = _backoff.encode(spec.backoff)
     if spec.dedupe_key is not None:
         key = spec.dedupe_key if type(spec.dedupe_key) is str else None
-        key = key or _checks.dedupe_key(spec.dedupe_key)
+        if not key or "\x00" in key:
+            key = _checks.dedupe_key(spec.dedupe_key)
     if spec.headers is not None:
         headers = _headers(spec.headers)
     return (priority, run_at, delay_ms, expires_at, expires_ms, attempts, backoff, key, headers)

@@ -12,6 +12,8 @@ from datetime import datetime
 from alkstore import _errors, _events
 
 INT32 = 2**31 - 1
+DEFAULT_MAX_PAYLOAD = 1_048_576
+"""Bytes of encoded JSON a payload may have, events and jobs alike (docs/adr/0003)."""
 
 
 def seconds(name: str, value: object, *, positive: bool = False) -> float:
@@ -52,18 +54,46 @@ def instant_ms(name: str, value: datetime | float) -> int:
 def dedupe_key(value: object) -> str | None:
     if value is not None and (not isinstance(value, str) or not value):
         raise _errors.InvalidArgument(f"dedupe_key must be a non-empty str, got {value!r}")
+    return no_nul("dedupe_key", value)
+
+
+def no_nul(name: str, value: str | None) -> str | None:
+    """A key without NUL: PostgreSQL's text cannot hold it (libpq cut it short there)."""
+    if value is not None and "\x00" in value:
+        raise _errors.InvalidArgument(
+            f"{name} must not hold a NUL character (PostgreSQL cannot store it), got {value!r}"
+        )
     return value
+
+
+def payload_limit(value: object) -> int:
+    """A `max_payload_bytes` setting: a positive int."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _errors.InvalidArgument(f"max_payload_bytes must be a positive int, got {value!r}")
+    return value
+
+
+def reason(text: object) -> str:
+    """A failure reason or error as stored: NUL shown as `\\x00` (PostgreSQL's text cannot
+    hold NUL; a reason is for people to read, so it is kept visibly, not refused)."""
+    text = str(text)
+    return text.replace("\x00", "\\x00") if "\x00" in text else text
+
+
+def size(text: str) -> int:
+    """The UTF-8 length of a JSON text (its length when ASCII: no copy)."""
+    return len(text) if text.isascii() else len(text.encode())
 
 
 def encode_payload(payload: object, limit: int) -> tuple[str | None, str]:
     """(event type or None, JSON text) for a job payload; typed errors, nothing written."""
     if isinstance(payload, _events.Event):
-        type_name, raw = _events.codec.encode(payload)
+        type_name, text = _events.codec.encode(payload)
     else:
-        type_name, raw = None, _events.codec.encode_value(payload)
-    if len(raw) > limit:
-        raise _errors.PayloadTooLarge(len(raw), limit)
-    return type_name, raw.decode()
+        type_name, text = None, _events.codec.encode_value(payload)
+    if len(text) > limit // 4 and size(text) > limit:  # UTF-8: at most 4 bytes a character
+        raise _errors.PayloadTooLarge(size(text), limit, type_name)
+    return type_name, text
 
 
 def encode_payloads(payloads: Sequence[object], limit: int) -> tuple[list[str | None], list[str]]:

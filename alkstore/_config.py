@@ -14,14 +14,24 @@ DEFAULT_URL = "sqlite:///alkstore.db"
 DEFAULT_NAMESPACE = "alkstore"
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 NAME_RULE = "use 1-40 characters: lowercase letters, digits and _, starting with a letter"
+# Queue names are values, never spliced into SQL, a channel or a file name (ADR 0006,
+# addendum 2026-12-01): the separators users of other queues name them with.
+_QUEUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,199}")
+QUEUE_RULE = (
+    "use 1-200 characters: ASCII letters, digits and _ . - / :, starting with a letter "
+    "or digit (no spaces, commas or control characters)"
+)
+_RULES = {"queue": (_QUEUE, QUEUE_RULE)}
 
 
 def check_name(kind: str, name: object) -> str:
-    """Return `name` if it is a safe identifier, else raise InvalidName."""
+    """Return `name` if it is a safe name of its kind, else raise InvalidName: a queue
+    name by QUEUE_RULE, any other (namespace, lease, schedule) an identifier."""
     if isinstance(name, str) and (kind, name) in _checked:  # hot paths repeat names
         return name
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise _errors.InvalidName(kind, name, NAME_RULE)
+    pattern, rule = _RULES.get(kind, (_NAME, NAME_RULE))
+    if not isinstance(name, str) or not pattern.fullmatch(name):
+        raise _errors.InvalidName(kind, name, rule)
     if kind == "namespace" and (name.startswith("pg_") or name == "public"):
         raise _errors.InvalidName(kind, name, "reserved by PostgreSQL")
     if len(_checked) < 10_000:

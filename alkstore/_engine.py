@@ -14,7 +14,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any, Literal, Protocol
 
-from alkstore import _errors, _events, _wake
+from alkstore import _checks, _errors, _events, _wake
 
 EventRow = tuple[str, str | None, str | None, str]
 """An encoded event ready to insert: (type, key, headers JSON, payload JSON).
@@ -187,11 +187,11 @@ BATCH_ENCODE_MIN = 32  # events from which one encode_lines call beats one encod
 
 
 def batched_rows(
-    events: Sequence[_events.Event], key: str | None, headers: dict[str, str] | None
+    events: Sequence[_events.Event], key: str | None, headers: dict[str, str] | None, limit: int
 ) -> Iterable[EventRow]:
-    """Encode events with the process codec (errors surface before any SQL runs). Many
-    are encoded in one call (docs/adr/0013); a failure there is retried one by one, for
-    the error of the event that fails."""
+    """Encode events with the process codec (errors surface before any SQL runs), each at
+    most `limit` bytes (PayloadTooLarge). Many are encoded in one call (docs/adr/0013); a
+    failure there is retried one by one, for the error of the event that fails."""
     codec = _events.codec
     raw_headers = codec.encode_headers(headers)
     encoded_headers = raw_headers.decode() if raw_headers is not None else None
@@ -205,17 +205,26 @@ def batched_rows(
         else:
             texts = blob.decode().split("\n")
             texts.pop()  # every line ends with a newline; JSON text never holds one
+            if len(blob) - len(texts) > limit:  # then one of them may be too large
+                for event, line in zip(events, blob.split(b"\n"), strict=False):
+                    if len(line) > limit:
+                        raise _errors.PayloadTooLarge(len(line), limit, names[type(event)])
             return [
                 (names[type(event)], key, encoded_headers, text)
                 for event, text in zip(events, texts, strict=True)
             ]
-    return [
-        (name, key, encoded_headers, payload.decode())
-        for name, payload in map(codec.encode, events)
-    ]
+    rows: list[EventRow] = []
+    for event in events:
+        name, payload = codec.encode(event)
+        if len(payload) > limit // 4 and _checks.size(payload) > limit:
+            raise _errors.PayloadTooLarge(_checks.size(payload), limit, name)
+        rows.append((name, key, encoded_headers, payload))
+    return rows
 
 
 def check_key(key: object) -> str | None:
-    if key is not None and not isinstance(key, str):
+    if key is None or (type(key) is str and "\x00" not in key):
+        return key
+    if not isinstance(key, str):
         raise _errors.InvalidArgument(f"key must be a str or None, got {type(key).__name__}")
-    return key
+    return _checks.no_nul("key", key)

@@ -24,7 +24,7 @@ class InvalidURL(ConfigurationError):
 
 
 class InvalidName(ConfigurationError):
-    """A name (namespace, queue, ...) is not a safe identifier."""
+    """A name (namespace, queue, ...) is not one alkstore accepts for its kind."""
 
     def __init__(self, kind: str, name: object, rule: str) -> None:
         self.kind = kind
@@ -60,12 +60,17 @@ class DuplicateEventType(EventError, ValueError):
 
 
 class InvalidPayload(EventError):
-    """A payload does not match its event type."""
+    """A payload would not come back as it went in (docs/adr/0003): it does not match its
+    event type, or holds what the stores cannot keep (NaN, NUL, a value JSON changes), or
+    is over the size limit (PayloadTooLarge). `type_name` is None for a plain payload."""
 
-    def __init__(self, type_name: str, detail: str) -> None:
+    def __init__(self, type_name: str | None, detail: str) -> None:
         self.type_name = type_name
         self.detail = detail
-        super().__init__(f"invalid payload for event type {type_name!r}: {detail}")
+        if type_name is None:
+            super().__init__(f"invalid payload: {detail}")
+        else:
+            super().__init__(f"invalid payload for event type {type_name!r}: {detail}")
 
 
 class InvalidHeaders(EventError):
@@ -157,13 +162,15 @@ class DuplicateJob(QueueError):
         super().__init__(f"queue {queue!r} already has a live job with dedupe_key {key!r}")
 
 
-class PayloadTooLarge(QueueError, ValueError):
-    """The encoded payload is larger than the store's limit."""
+class PayloadTooLarge(InvalidPayload, QueueError, ValueError):
+    """The encoded payload is larger than the store's limit (events and jobs alike)."""
 
-    def __init__(self, size: int, limit: int) -> None:
+    def __init__(self, size: int, limit: int, type_name: str | None = None) -> None:
         self.size = size
         self.limit = limit
         super().__init__(
-            f"payload is {size} bytes encoded, over the limit of {limit} "
-            "(alkstore.connect(..., max_payload_bytes=N))"
+            type_name,
+            f"{size} bytes encoded, over the limit of {limit} (raise it with "
+            "max_payload_bytes=N on alkstore.connect, or on alkstore.append for your own "
+            "connection; the same in every process)",
         )

@@ -7,12 +7,12 @@ the JSON payload (see docs/adr/0003-event-encoding.md).
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, dataclass_transform
 
 import msgspec
 
-from alkstore import _errors
+from alkstore import _errors, _payloads
 
 
 class _EventMeta(msgspec.StructMeta):
@@ -53,11 +53,24 @@ def type_name(event_cls: type[Event]) -> str:
     return tag
 
 
+_NUL = _payloads.NUL_ESCAPE
+_NUL_TEXT = _NUL.decode()  # `in` on a str costs a third of `in` on bytes (Python 3.11)
+_UNKNOWN: Any = object()
+
+
 class Codec:
-    """Encodes events and headers to JSON and decodes them back by type name."""
+    """Encodes events and headers to JSON and decodes them back by type name.
+
+    Every payload it encodes is checked to come back as it went in (docs/adr/0003,
+    addendum 2026-12-01): proven by a few type tests where it can be (_payloads), else
+    decoded again, with the event's own type or as plain JSON, and compared.
+    InvalidPayload names what would not come back, before anything is written."""
 
     def __init__(self) -> None:
         self._encoder = msgspec.json.Encoder()
+        self._json = msgspec.json.Decoder()
+        self._checkers: dict[type[Event], msgspec.json.Decoder[Any]] = {}
+        self._proofs: dict[type[Event], Callable[[Any], bool] | None] = {}
         self._decoders: dict[str, msgspec.json.Decoder[Any]] = {}
         self._types: dict[str, type[Event]] = {}
         self._seen = 0
@@ -66,8 +79,8 @@ class Codec:
         self._headers = msgspec.json.Decoder(dict[str, str])
         self._names: dict[type[Event], str] = {}
 
-    def encode(self, event: Event) -> tuple[str, bytes]:
-        """Return (type name, JSON payload) for an event instance."""
+    def encode(self, event: Event) -> tuple[str, str]:
+        """Return (type name, JSON text) for an event instance that decodes back equal."""
         if not isinstance(event, Event):
             raise _errors.EventError(
                 f"expected an alkstore.Event instance, got {type(event).__name__}"
@@ -77,24 +90,108 @@ class Codec:
         if name is None:
             name = self._names[cls] = type_name(cls)
         try:
-            return name, self._encoder.encode(event)
+            raw = self._encoder.encode(event)
         except (TypeError, ValueError, OverflowError) as exc:
             raise _errors.InvalidPayload(name, str(exc)) from exc
+        proof = self._proofs.get(cls, _UNKNOWN)
+        if proof is _UNKNOWN:
+            proof = self._proof(cls)
+        if proof is None or not proof(event):
+            self._compare(event, raw)
+        return name, raw.decode()
 
-    def encode_value(self, value: object) -> bytes:
-        """Encode any msgspec-encodable value (headers, job payloads)."""
+    def encode_value(self, value: object) -> str:
+        """The JSON text of a plain payload (job payloads, progress) that decodes back equal."""
         try:
-            return self._encoder.encode(value)
+            raw = self._encoder.encode(value)
         except (TypeError, ValueError, OverflowError) as exc:
-            raise _errors.EventError(f"cannot encode value: {exc}") from exc
+            detail = f"cannot encode {_payloads.type_label(value)}: {exc}"
+            raise _errors.InvalidPayload(None, detail) from exc
+        text = raw.decode()
+        if self._json.decode(raw) != value or _NUL_TEXT in text:
+            self._compare(value, raw)
+        return text
 
     def encode_lines(self, values: Sequence[object]) -> bytes:
         """Values (events or plain) as newline-delimited JSON: each line is what `encode`
-        or `encode_value` makes of it (the bulk enqueue, docs/adr/0013)."""
+        or `encode_value` makes of it (the bulk enqueue, docs/adr/0013), and as checked."""
         try:
-            return self._encoder.encode_lines(values)
+            blob = self._encoder.encode_lines(values)
         except (TypeError, ValueError, OverflowError) as exc:
             raise _errors.EventError(f"cannot encode value: {exc}") from exc
+        if not self._proven(values, blob):
+            for value in values:  # the first that would not come back raises its own error
+                if isinstance(value, Event):
+                    self.encode(value)
+                else:
+                    self.encode_value(value)
+        return blob
+
+    def _proven(self, values: Sequence[object], blob: bytes) -> bool:
+        """Whether every value comes back equal, checked for the whole batch at once:
+        events by their classes' proofs, plain payloads or events of one class in one
+        decode; anything else is left to the one-by-one check."""
+        kinds = set(map(type, values))
+        proofs: dict[type, Callable[[Any], bool] | None] = {}
+        for kind in kinds:
+            if issubclass(kind, Event):
+                proof = self._proofs.get(kind, _UNKNOWN)
+                proofs[kind] = self._proof(kind) if proof is _UNKNOWN else proof
+        decoder = self._json
+        if proofs:
+            checks = [proof for proof in proofs.values() if proof is not None]
+            if len(checks) == len(kinds) == 1:
+                return all(map(checks[0], values))
+            if len(checks) == len(kinds):
+                return all(proofs[type(value)](value) for value in values)  # type: ignore[misc]
+            if len(kinds) > 1:
+                return False  # mixed kinds: one by one
+            decoder = self._checker(next(iter(proofs)))
+        if _NUL in blob:
+            return False
+        try:
+            back = decoder.decode_lines(blob)
+        except msgspec.DecodeError:
+            return False
+        return bool(back == (values if isinstance(values, list) else list(values)))
+
+    def _proof(self, cls: type[Event]) -> Callable[[Any], bool] | None:
+        """`cls`'s cheap proof (docs in _payloads), made once per class."""
+        self._checker(cls)  # a class msgspec cannot decode is refused outright
+        proof = self._proofs[cls] = _payloads.event_check(cls)
+        return proof
+
+    def _compare(self, value: object, raw: bytes) -> None:
+        """Decode `raw` as `value`'s type (JSON for a plain payload) and compare: raise
+        InvalidPayload naming what would not come back as it went in."""
+        name, decoder = None, self._json
+        if isinstance(value, Event):
+            name, decoder = self.name_of(type(value)), self._checker(type(value))
+        try:
+            back = decoder.decode(raw)
+        except msgspec.DecodeError as exc:  # a field that does not match its type
+            raise _errors.InvalidPayload(name, _payloads.explain(value) or str(exc)) from exc
+        if back == value and _NUL not in raw:
+            return
+        problem = _payloads.explain(value, back)
+        if problem is None:
+            return  # equal field by field (a Struct with eq=False), and no NUL
+        if name is None and "would come back" in problem:
+            problem = f"{problem}; {_payloads.PLAIN}"
+        raise _errors.InvalidPayload(name, problem)
+
+    def _checker(self, cls: type[Event]) -> msgspec.json.Decoder[Any]:
+        """The decoder that checks `cls`'s payloads as they are encoded (cached)."""
+        checker = self._checkers.get(cls)
+        if checker is None:
+            try:
+                checker = msgspec.json.Decoder(cls)
+            except Exception as exc:  # an annotation msgspec cannot resolve or decode
+                raise _errors.EventError(
+                    f"{cls.__qualname__} cannot be decoded, so it cannot be appended: {exc}"
+                ) from exc
+            self._checkers[cls] = checker
+        return checker
 
     def name_of(self, cls: type[Event]) -> str:
         """The stored type name of an Event class (cached)."""
@@ -108,7 +205,10 @@ class Codec:
             return None
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
             raise _errors.EventError("headers must map str to str")
-        return self._encoder.encode(headers)
+        raw = self._encoder.encode(headers)
+        if _NUL in raw and any("\x00" in k + v for k, v in headers.items()):
+            raise _errors.EventError("headers must not hold a NUL character (PostgreSQL cannot)")
+        return raw
 
     def decode_headers(self, raw: bytes | str | None) -> dict[str, str]:
         """Stored headers: a JSON object of strings (InvalidHeaders if not)."""

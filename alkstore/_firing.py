@@ -105,7 +105,7 @@ def tick(rt: _queue.Runtime, lease: Any = None, limit: int = 100) -> int:
                         "alkstore-schedule": schedule.name,
                         "alkstore-boundary": _jobs.from_ms(boundary).isoformat(),
                     }
-                    encoded = _events.codec.encode_value(headers).decode()
+                    encoded = _events.codec.encode_value(headers)
                     rows.append((schedule.event_type, schedule.key, encoded, schedule.payload))
             if rows:
                 engine.insert_events(conn, rows)

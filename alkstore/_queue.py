@@ -19,7 +19,7 @@ from alkstore import _backoff, _bulk, _checks, _config, _engine, _errors, _event
 
 DEFAULT_MAX_ATTEMPTS = _sql.DEFAULT_MAX_ATTEMPTS  # one value, the SQL's too
 DEFAULT_VISIBILITY = 30.0
-DEFAULT_MAX_PAYLOAD = 1_048_576
+DEFAULT_MAX_PAYLOAD = _checks.DEFAULT_MAX_PAYLOAD
 CONFIG_TTL = 5.0  # seconds a Queue object trusts the stored defaults it read
 EXHAUSTED_EVERY = 1.0  # seconds between claim_many's looks for exhausted jobs to bury
 DUE_LEVELS = 32  # priority levels next_due() probes; past them its answer is capped
@@ -335,7 +335,7 @@ class Queue:
     def _bury_row(self, row: tuple[Any, ...], exc: Exception) -> None:
         """Dead-letter a claimed row that does not decode (it never reaches a handler)."""
         job_id, token, attempts, started = row[0], row[7], row[4], row[-1]
-        reason = f"job does not decode: {exc}"
+        reason = _checks.reason(f"job does not decode: {exc}")
         params = {
             "id": job_id,
             "token": token,
@@ -380,7 +380,7 @@ class Queue:
         self._checked(job, "ack", "ack")
 
     def _retry(self, job: _jobs.Job[Any], delay: float | None, error: str | None) -> None:
-        error = "retry requested" if error is None else str(error)
+        error = "retry requested" if error is None else _checks.reason(error)
         if delay is not None:
             seconds("delay", delay)  # checked even when this attempt was the last
         if job.attempt >= job.max_attempts:
@@ -400,12 +400,12 @@ class Queue:
         self._engine.committed()
 
     def _bury(self, job: _jobs.Job[Any], reason: str) -> None:
-        reason = str(reason)
+        reason = _checks.reason(reason)
         self._checked(job, "fail", "bury", attempts=job.attempt, reason=reason)
 
     def _heartbeat(self, job: _jobs.Job[Any], progress: Any, extend: float | None) -> None:
         lease = job.lease_ms if extend is None else lease_ms("extend", extend)
-        encoded = None if progress is None else _events.codec.encode_value(progress).decode()
+        encoded = None if progress is None else _events.codec.encode_value(progress)
         self._checked(job, "heartbeat", "heartbeat", lease_ms=lease, progress=encoded)
 
     # -- dead letters and stats ------------------------------------------------------

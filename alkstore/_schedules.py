@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 
-from alkstore import _config, _cron, _engine, _errors, _events, _jobs, _queue
+from alkstore import _checks, _config, _cron, _engine, _errors, _events, _jobs, _queue
 
 CatchUp = Literal["latest", "all", "none"]
 MAX_CATCH_UP = 100  # catch_up="all" fires at most this many missed boundaries per tick
@@ -197,8 +197,7 @@ class Schedules:
             raise _errors.InvalidArgument(
                 f'catch_up must be "latest", "all" or "none": {catch_up!r}'
             )
-        if key is not None and not isinstance(key, str):
-            raise _errors.InvalidArgument(f"key must be a str or None, got {key!r}")
+        _engine.check_key(key)
         now = self._rt.now_ms()
         start = now if start is None else start
         return {
@@ -215,10 +214,14 @@ class Schedules:
             "now": now,
         }
 
-    @staticmethod
-    def _encode(event: _events.Event) -> tuple[str, str]:
+    def _encode(self, event: _events.Event) -> tuple[str, str]:
+        """The event as its firings append it: checked as `tx.append` checks it."""
         event_type, payload = _events.codec.encode(event)
-        return event_type, payload.decode()
+        if _checks.size(payload) > self._rt.max_payload_bytes:
+            raise _errors.PayloadTooLarge(
+                _checks.size(payload), self._rt.max_payload_bytes, event_type
+            )
+        return event_type, payload
 
     @staticmethod
     def _start_ms(start_at: datetime | float | None) -> int | None:

@@ -10,6 +10,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Literal, overload
 
 from alkstore import (
+    _checks,
     _config,
     _engine,
     _errors,
@@ -51,12 +52,15 @@ class Transaction:
             raise RuntimeError("this transaction has ended")
         codec = _events.codec
         name, payload = codec.encode(event)
+        limit = self._runtime.max_payload_bytes
+        if len(payload) > limit // 4 and _checks.size(payload) > limit:
+            raise _errors.PayloadTooLarge(_checks.size(payload), limit, name)
         raw_headers = codec.encode_headers(headers) if headers else None
         row: _engine.EventRow = (
             name,
             _engine.check_key(key),
             raw_headers.decode() if raw_headers is not None else None,
-            payload.decode(),
+            payload,
         )
         self._engine.insert_events(self.connection, (row,))
         self.wrote = True
@@ -71,7 +75,8 @@ class Transaction:
         """Append events in order, all with the same key and headers."""
         if not self._open:
             raise RuntimeError("this transaction has ended")
-        rows = list(_engine.batched_rows(list(events), _engine.check_key(key), headers))
+        limit = self._runtime.max_payload_bytes
+        rows = list(_engine.batched_rows(list(events), _engine.check_key(key), headers, limit))
         if rows:
             self._engine.insert_events(self.connection, rows)
             self.wrote = True
@@ -374,14 +379,7 @@ def connect(
         )
     if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
         raise _errors.InvalidArgument(f"pool_size must be an int >= 1, got {pool_size!r}")
-    if (
-        isinstance(max_payload_bytes, bool)
-        or not isinstance(max_payload_bytes, int)
-        or (max_payload_bytes < 1)
-    ):
-        raise _errors.InvalidArgument(
-            f"max_payload_bytes must be a positive int, got {max_payload_bytes!r}"
-        )
+    _checks.payload_limit(max_payload_bytes)
     target = _config.parse_url(url)
     if namespace is None:
         namespace = os.environ.get("ALKSTORE_NAMESPACE") or _config.DEFAULT_NAMESPACE

@@ -456,7 +456,9 @@ def test_bad_enqueue_options_write_nothing(
     assert q.stats() == alkstore.QueueStats(0, 0, 0, 0, None)
 
 
-@pytest.mark.parametrize("name", ["", "Emails", "a-b", "x;drop", "é", None, "q" * 41])
+# "Emails", "a-b" and 41 characters were refused before queue names became values (issue
+# 14); tests/contract/test_queue_names.py has the names accepted now and more refused ones.
+@pytest.mark.parametrize("name", ["", "a b", "x;drop", "é", None, "q" * 201, "-a", "a\x00"])
 def test_bad_queue_names(qstore: alkstore.Store, name: object) -> None:
     with pytest.raises(alkstore.InvalidName):
         qstore.queue(name)  # type: ignore[arg-type]

@@ -38,3 +38,33 @@ def test_async_append_commits_rolls_back_and_refuses_autocommit(pg_backend: Back
         assert [e.payload for e in store.log.read()] == [OrderPlaced(order_id=1)]
     finally:
         store.close()
+
+
+class Counted(alkstore.Event, tag="test.async_counted"):
+    n: int
+
+
+def test_async_append_checks_events_before_anything_is_sent(pg_backend: Backend) -> None:
+    """The async path refuses what `tx.append` refuses (issue 14; docs/adr/0003 addendum)."""
+    store = pg_backend.connect()
+    store.migrate()
+    ns = pg_backend.namespace
+    bad: list[tuple[alkstore.Event, type[Exception], int]] = [
+        (Counted(n="notint"), alkstore.InvalidPayload, 1000),  # type: ignore[arg-type]
+        (Counted(n=float("nan")), alkstore.InvalidPayload, 1000),  # type: ignore[arg-type]
+        (OrderPlaced(order_id=1), alkstore.PayloadTooLarge, 40),
+    ]
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(pg_backend.url) as conn:
+            for event, error, limit in bad:
+                async with conn.transaction():
+                    with pytest.raises(error):
+                        await alkstore.append(conn, event, namespace=ns, max_payload_bytes=limit)
+                    await alkstore.append(conn, OrderPlaced(order_id=2), namespace=ns)
+
+    try:
+        asyncio.run(main())
+        assert [e.payload for e in store.log.read()] == [OrderPlaced(order_id=2)] * 3
+    finally:
+        store.close()

@@ -12,7 +12,10 @@ RETURNING checkpoint
 DELETE FROM {ns}.subscriptions WHERE queue = %(queue)s RETURNING queue
 
 -- name: subscriptions
-SELECT queue, events::text, checkpoint, updated_at FROM {ns}.subscriptions ORDER BY queue
+-- Queue names in byte order, as on SQLite, whatever the database's collation (ADR 0006,
+-- addendum 2026-12-01).
+SELECT queue, events::text, checkpoint, updated_at FROM {ns}.subscriptions
+ORDER BY queue COLLATE "C"
 
 -- name: set_checkpoint
 UPDATE {ns}.subscriptions SET checkpoint = %(checkpoint)s, updated_at = {now}
@@ -82,7 +85,7 @@ CROSS JOIN {ns}.log_head AS h
 LEFT JOIN LATERAL (
     SELECT e.position, e.appended_at FROM {ns}.events AS e
     WHERE e.position > s.checkpoint ORDER BY e.position LIMIT 1) AS f ON true
-ORDER BY s.queue
+ORDER BY s.queue COLLATE "C"
 
 -- name: prune_log
 DELETE FROM {ns}.events WHERE id IN (
