@@ -7,7 +7,9 @@ steps adds up exactly and `int(clock() * 1000)` is always the millisecond meant.
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import UTC, datetime
+
+MONDAY = datetime(2026, 1, 5, tzinfo=UTC)  # 00:00 UTC, 01:00 in Berlin: the schedule suites' T0
 
 
 class Clock:

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -21,26 +20,14 @@ import pytest
 import alkstore
 from alkstore._firing import REWIND_MS
 from alkstore._schedules import CatchUp
-from tests.clock import Clock
-from tests.conftest import Backend
+from tests.clock import MONDAY, Clock
 from tests.events import OrderPlaced
 
-T0 = datetime(2026, 1, 5, tzinfo=UTC)  # a Monday, on a minute boundary
+T0 = MONDAY  # a Monday, on a minute boundary
 T0_MS = round(T0.timestamp() * 1000)
 MINUTE = 60_000
 SPECS: dict[str, dict[str, Any]] = {"cron": {"cron": "* * * * *"}, "every": {"every": "1m"}}
 EVENT = OrderPlaced(order_id=1)
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock(T0.timestamp())
-
-
-@pytest.fixture
-def sstore(backend: Backend, clock: Clock) -> Iterator[alkstore.Store]:
-    with backend.migrated(clock=clock) as store:
-        yield store
 
 
 class Runner:

@@ -13,7 +13,6 @@ engines, with an InvalidArgument that says what to write instead; nothing is wri
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,23 +20,12 @@ import pytest
 
 import alkstore
 from tests import schedule_rows
-from tests.clock import Clock
+from tests.clock import MONDAY, Clock
 from tests.conftest import Backend
 from tests.events import OrderPlaced
 
-T0 = datetime(2026, 1, 5, tzinfo=UTC)  # a Monday
+T0 = MONDAY  # a Monday
 EVENT = OrderPlaced(order_id=1)
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock(T0.timestamp())
-
-
-@pytest.fixture
-def sstore(backend: Backend, clock: Clock) -> Iterator[alkstore.Store]:
-    with backend.migrated(clock=clock) as store:
-        yield store
 
 
 def boundaries(store: alkstore.Store) -> list[datetime]:

@@ -19,8 +19,7 @@ boundary that passed before it was added, whatever its catch-up policy.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -28,23 +27,12 @@ import pytest
 import alkstore
 from alkstore._schedules import CatchUp
 from tests import schedule_rows
-from tests.clock import Clock
+from tests.clock import MONDAY, Clock
 from tests.conftest import Backend
 from tests.events import OrderPlaced
 
-T0 = datetime(2026, 1, 5, tzinfo=UTC)
+T0 = MONDAY
 EVENT = OrderPlaced(order_id=1)
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock(T0.timestamp())
-
-
-@pytest.fixture
-def sstore(backend: Backend, clock: Clock) -> Iterator[alkstore.Store]:
-    with backend.migrated(clock=clock) as store:
-        yield store
 
 
 def fired(store: alkstore.Store) -> list[datetime]:

@@ -12,7 +12,6 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from typing import Any
@@ -23,23 +22,12 @@ import pytest
 
 import alkstore
 import relay
-from tests.clock import Clock
+from tests.clock import MONDAY, Clock
 from tests.conftest import Backend
 from tests.events import Basket, OrderPlaced
 
-T0 = datetime(2026, 1, 5, tzinfo=UTC)  # a Monday, 01:00 in Berlin
+T0 = MONDAY  # a Monday, 01:00 in Berlin
 BERLIN = "Europe/Berlin"
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock(T0.timestamp())
-
-
-@pytest.fixture
-def sstore(backend: Backend, clock: Clock) -> Iterator[alkstore.Store]:
-    with backend.migrated(clock=clock) as store:
-        yield store
 
 
 def to_ms(when: datetime) -> int:
