@@ -5,10 +5,6 @@ at once (their attempts count in the claim); the rest wait prefetched, leased
 but not started, and count their attempt when they start (recorded with the next
 ack flush). A worker killed with prefetched jobs burns no attempt of a job that
 never started (ADR 0012).
-
-A sync handler's thread that finished a job takes the next prefetched one itself
-(`next_job`), keeping its slot; the claim loop is woken only when the prefetch runs
-low, to claim more, or when a slot frees up.
 """
 
 from __future__ import annotations
@@ -54,16 +50,8 @@ class Dispatcher:
         self._handler = handler
         self._once = once
         self._waiting: deque[_inflight.Running] = deque()
-        self._lock = threading.Lock()  # the prefetch: the claim loop and handler threads
-        self._asked = False  # a handler thread woke the claim loop to top the prefetch up
-        self._prefetch = max(handler.concurrency, min(ctx.batch, 8 * handler.concurrency))
         self.queue = handler.queue
         self.gave_up: alkstore.StorageError | None = None  # the error that ended a drain
-
-    def _low(self) -> bool:
-        """Time to claim more: no more prefetched jobs than handlers, and room for more."""
-        n = len(self._waiting)
-        return n <= self._handler.concurrency and n < self._prefetch
 
     def run(self) -> None:
         ctx, handler, name = self._ctx, self._handler, self._handler.queue
@@ -71,18 +59,16 @@ class Dispatcher:
         listener = ctx.store.listen()
         timer = _due.DueTimer(queue)
         wait = tenacity.wait_random_exponential(multiplier=0.1, max=10)
-        prefetch = self._prefetch
-        waiting, lock = self._waiting, self._lock
+        prefetch = max(handler.concurrency, min(ctx.batch, 8 * handler.concurrency))
+        waiting = self._waiting
         failures = 0
         try:
             while not ctx.stop.is_set():
-                with lock:
-                    n = ctx.slots.take(name, len(waiting))
-                    items = [waiting.popleft() for _ in range(n)]
-                if items:
-                    self._start_waiting(items)
-                if not self._low():
-                    ctx.slots.wait_free(name, ctx.poll, self._low)  # enough on hand
+                n = ctx.slots.take(name, len(waiting))
+                if n:
+                    self._start_waiting([waiting.popleft() for _ in range(n)])
+                if len(waiting) > handler.concurrency or len(waiting) >= prefetch:
+                    ctx.slots.wait_free(name, ctx.poll)  # enough on hand
                     continue
                 quiet = ctx.slots.busy[name] == 0 and not waiting  # nothing can retry
                 want = prefetch - len(waiting)
@@ -111,9 +97,7 @@ class Dispatcher:
                 for item in go:
                     item.started = now
                     self._run(item)
-                with lock:
-                    waiting.extend(item for item in items if not item.job.started)
-                    self._asked = False
+                waiting.extend(item for item in items if not item.job.started)
                 if not jobs and not waiting:
                     if self._once and quiet:
                         return
@@ -122,27 +106,6 @@ class Dispatcher:
                     ctx.slots.wait_free(name, ctx.poll)
         finally:
             self._release_waiting()
-
-    def next_job(self) -> _inflight.Running | None:
-        """For a sync handler's thread that settled a job of this queue and still holds
-        its slot: the next prefetched job, started now (None: the slot goes back)."""
-        ctx = self._ctx
-        while not ctx.stop.is_set():
-            with self._lock:
-                if not self._waiting:
-                    return None
-                item = self._waiting.popleft()
-                wake = not self._asked and self._low()
-                self._asked = self._asked or wake
-            if wake:
-                ctx.slots.wake()  # the claim loop tops the prefetch up
-            with ctx.inflight.lock:
-                if item.abandoned:  # its lease was lost while it waited
-                    continue
-                item.job.mark_started()
-                item.started = time.monotonic()
-            return item
-        return None
 
     def _start_waiting(self, items: list[_inflight.Running]) -> None:
         """Start prefetched jobs (a slot each is taken); their attempts count now."""
@@ -170,11 +133,8 @@ class Dispatcher:
     def _release_waiting(self) -> None:
         """Give prefetched jobs back at once on stop (they never started: no attempt)."""
         ctx = self._ctx
-        while True:
-            with self._lock:
-                if not self._waiting:
-                    return
-                item = self._waiting.popleft()
+        while self._waiting:
+            item = self._waiting.popleft()
             if ctx.inflight.pop(item.job) is None or item.abandoned:
                 continue
             try:

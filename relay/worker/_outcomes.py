@@ -4,10 +4,6 @@ Every ending (return, exception, `BaseException` such as `asyncio.CancelledError
 or `KeyboardInterrupt`, timeout) frees the handler's slot and settles its job:
 an ack (batched), a retry on the backoff curve, a dead letter, or a release.
 Nothing a handler does can kill the thread that ran it (issue 12, items 5, 10).
-
-A sync handler's thread that settled its job takes the queue's next prefetched job
-with the same slot (`Outcomes.next_job`, set by the worker): the claim loop is not
-woken once per job to start the next one.
 """
 
 from __future__ import annotations
@@ -45,21 +41,17 @@ class Outcomes:
         self._slots = slots
         self._report = report
         self._grace = unknown_type_grace
-        self.next_job: dict[str, Callable[[], _inflight.Running | None]] = {}
-        """Per queue: the next prefetched job for a thread whose slot just freed up."""
 
-    def run_sync(self, item: _inflight.Running | None) -> None:
-        """Run a sync handler, then the queue's next prefetched jobs while there are any."""
-        while item is not None:
-            started = time.monotonic()
-            job = item.job
-            try:
-                _handlers.decode_into(job, item.handler.payload_type)
-                item.handler.fn(job)
-                outcome: Outcome = ("ack", None, "")
-            except BaseException as exc:  # every ending becomes an outcome; the thread lives on
-                outcome = classify(exc)
-            item = self.complete(item, outcome, started, hand_on=True)
+    def run_sync(self, item: _inflight.Running) -> None:
+        started = time.monotonic()
+        job = item.job
+        try:
+            _handlers.decode_into(job, item.handler.payload_type)
+            item.handler.fn(job)
+            outcome: Outcome = ("ack", None, "")
+        except BaseException as exc:  # every ending becomes an outcome; the thread lives on
+            outcome = classify(exc)
+        self.complete(item, outcome, started)
 
     async def run_async(self, item: _inflight.Running) -> None:
         started = time.monotonic()
@@ -81,48 +73,31 @@ class Outcomes:
             outcome = classify(exc)
         await asyncio.to_thread(self.complete, item, outcome, started)
 
-    def complete(
-        self, item: _inflight.Running, outcome: Outcome, started: float, hand_on: bool = False
-    ) -> _inflight.Running | None:
-        """Settle a handler's outcome (acks are batched), then free its slot, or with
-        `hand_on` keep it for the queue's next prefetched job, which is returned (started)."""
+    def complete(self, item: _inflight.Running, outcome: Outcome, started: float) -> None:
+        """Settle a handler's outcome (acks are batched), then free its slot."""
         job = item.job
         kind, delay, reason = outcome
         seconds = time.monotonic() - started
-        nxt = None
         try:
-            try:
-                with self._inflight.lock:
-                    abandoned = item.abandoned
-                    if kind == "ack" and not abandoned:
-                        item.finished = True  # held and renewed until the ack is stored
-                if abandoned:  # released, timed out or lost: someone else owns the job now
-                    self._inflight.pop(job)
-                elif kind == "ack":
-                    self._acks.ack(item, seconds)
-                else:
-                    self._settle(item, kind, delay, reason, seconds)
-            except Exception:  # never lose the slot, whatever went wrong
-                log.exception("job %s#%d: settling its outcome failed", job.queue, job.id)
-                self._counters.add("error")
-            if hand_on and (take := self.next_job.get(job.queue)) is not None:
-                try:
-                    nxt = take()
-                except Exception:  # the slot goes back to the claim loop instead
-                    log.exception("taking the next job of %s failed", job.queue)
+            with self._inflight.lock:
+                abandoned = item.abandoned
+                if kind == "ack" and not abandoned:
+                    item.finished = True  # held and renewed until the ack is stored
+            if abandoned:  # released, timed out or lost: someone else owns the job now
+                self._inflight.pop(job)
+                return
+            if kind == "ack":
+                self._acks.ack(item, seconds)
+                return
+            self._inflight.pop(job)
+            kind = self.record(job, kind, delay, reason)
+            self._counters.add(kind)
+            self._report(job, kind, seconds)
+        except Exception:  # never lose the slot, whatever went wrong
+            log.exception("job %s#%d: settling its outcome failed", job.queue, job.id)
+            self._counters.add("error")
         finally:
-            if nxt is None:
-                self._slots.give(job.queue)
-        return nxt
-
-    def _settle(
-        self, item: _inflight.Running, kind: str, delay: float | None, reason: str, seconds: float
-    ) -> None:
-        job = item.job
-        self._inflight.pop(job)
-        kind = self.record(job, kind, delay, reason)
-        self._counters.add(kind)
-        self._report(job, kind, seconds)
+            self._slots.give(job.queue)
 
     def record(self, job: alkstore.Job[Any], kind: str, delay: float | None, reason: str) -> str:
         """Store a retry, release or dead letter. Returns the outcome to count and report:

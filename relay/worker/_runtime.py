@@ -159,13 +159,7 @@ class Worker:
             self._thread("worker-leases", keeper.run, self._done),
             self._thread("worker-sweep", self._maintain),
         ]
-        # A handler thread takes its queue's next prefetched job itself, unless queues share
-        # a total smaller than their sum (then slots go back, for the other queues' turn).
-        hand_on = len(names) == 1 or self.concurrency >= sum(slots.per_queue.values())
         claimers = [_dispatch.Dispatcher(ctx, self.handlers[q], once) for q in names]
-        for claimer in claimers:
-            if hand_on and not self.handlers[claimer.queue].is_async:
-                outcomes.next_job[claimer.queue] = claimer.next_job
         dispatchers = [self._thread(f"claim-{c.queue}", c.run) for c in claimers]
         log.info("worker started: queues %s, concurrency %d", ", ".join(names), self.concurrency)
         for thread in helpers + dispatchers:

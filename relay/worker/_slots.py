@@ -62,18 +62,12 @@ class Slots:
                 self.busy[queue] -= n
                 self.cond.notify_all()
 
-    def wait_free(
-        self, queue: str, timeout: float, until: Callable[[], bool] | None = None
-    ) -> None:
-        """Wait until the queue has a free slot, or `until()` holds (checked on wakes)."""
+    def wait_free(self, queue: str, timeout: float) -> None:
         with self.cond:
             self.cond.wait_for(
                 lambda: (
-                    (
-                        self.busy[queue] < self.per_queue[queue]
-                        and sum(self.busy.values()) < self.total
-                    )
-                    or (until is not None and until())
+                    self.busy[queue] < self.per_queue[queue]
+                    and sum(self.busy.values()) < self.total
                 ),
                 timeout,
             )

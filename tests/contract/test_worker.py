@@ -273,9 +273,8 @@ def test_total_concurrency_caps_all_queues_together(store: alkstore.Store) -> No
 
 
 def test_queues_sharing_a_smaller_total_take_turns(store: alkstore.Store) -> None:
-    """A handler thread takes its queue's next prefetched job with the same slot, except
-    when queues share a total smaller than their sum: then the slot goes back, and a
-    queue with a long backlog does not keep the other one waiting until it is drained."""
+    """When queues share a total smaller than their sum, a queue with a long backlog
+    does not keep the slots until it is drained while the other one waits (ADR 0008)."""
     worker = relay.Worker(store, concurrency=1, poll=POLL)
     order: list[str] = []
 
