@@ -55,6 +55,11 @@ def _datetime(ms: int) -> datetime:
 def configure(conn: apsw.Connection, gate: _busy.Gate | None = None) -> None:
     """Settings every alkstore SQLite connection uses (`gate`: defer to reserved ones)."""
     conn.set_busy_handler(_busy.BusyWait(gate=gate))
+    # The query planner stability guarantee: a plan never depends on bound values. Without
+    # it SQLite compiled the claim again before every run (its `LIMIT :n`, its `queue =
+    # :queue` beside the partial indexes): ~20 us of a 25 us claim (docs/adr/0006, addendum
+    # of 2026-12-02). The plans the tests pin are the plans every run uses.
+    conn.config(apsw.SQLITE_DBCONFIG_ENABLE_QPSG, 1)
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA foreign_keys = ON")
 

@@ -22,6 +22,7 @@ import pytest
 import alkstore
 import relay
 from alkstore import Job, _queue, _sql
+from alkstore.sqlite._engine import configure
 from tests.conftest import Backend
 from tests.worker_support import running, wait_until
 
@@ -149,6 +150,7 @@ def test_next_due_probes_the_claim_index_once_per_priority(backend: Backend) -> 
         if backend.name == "sqlite":
             sql = _sql.queries("alkstore.sqlite", backend.namespace)["next_due"]
             conn = apsw.Connection(backend.url.removeprefix("sqlite:///"))
+            configure(conn)  # planned as the engine's connections plan it
             try:
                 conn.execute("ANALYZE")
                 steps = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]

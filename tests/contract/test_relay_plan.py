@@ -18,6 +18,7 @@ import psycopg
 
 import alkstore
 from alkstore import _sql
+from alkstore.sqlite._engine import configure
 from tests.conftest import Backend
 
 LOG = 200_000
@@ -63,6 +64,7 @@ def _subscribed_behind(store: alkstore.Store, backend: Backend) -> None:
 def _sqlite_plan(backend: Backend, name: str, params: dict[str, Any]) -> str:
     sql = _sql.queries("alkstore.sqlite", backend.namespace)[name].split(";")[0]  # the INSERT
     conn = apsw.Connection(backend.url.removeprefix("sqlite:///"))
+    configure(conn)  # planned as the engine's connections plan it
     try:
         return " | ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
     finally:
