@@ -60,7 +60,8 @@ def test_a_hot_statement_compiles_once_not_on_every_run(tmp_path: Path, name: st
 
     conn.authorizer = authorizer  # set first: setting it expires every cached statement
     query, bind = positional(_sql.queries("alkstore.sqlite", NS)[name])
-    values = HOT[name] if bind is None else bind(HOT[name])
+    assert bind is not None  # bound by position, as the engine binds it
+    values = bind(HOT[name])
     try:
         for run in range(3):
             if run == 1:
