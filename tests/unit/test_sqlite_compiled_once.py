@@ -23,7 +23,10 @@ from alkstore.sqlite._engine import configure, positional
 NS = "t"
 # the worker's statements, with values that make each do its work
 HOT: dict[str, dict[str, Any]] = {
-    "claim": {"queue": "q", "now": None, "lease_ms": 1000, "n": 10, "go": 1},
+    "claim": {
+        **{"queue": "q", "now": None, "lease_ms": 1000, "n": 10, "go": 1},
+        "levels": _queue.CLAIM_LEVELS,
+    },
     "next_due": {"queue": "q", "now": None, "levels": _queue.DUE_LEVELS},
     "enqueue": {
         **dict.fromkeys(("run_at", "expires_at", "expires_ms", "max_attempts", "backoff")),
