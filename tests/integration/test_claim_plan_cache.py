@@ -1,12 +1,14 @@
 """The claim is planned once per pooled connection, not on every run (PostgreSQL).
 
 psycopg prepares a statement on its 5th run; from then on PostgreSQL reuses one generic
-plan unless that plan's estimated cost is above the average of the per-run plans. The
-claim joined the jobs it found back to the table, and the planner's guess of how many
-those are (a tenth of what the scan may find, for `LIMIT $n`) priced the generic join
-above the per-run plans: beside 20,000 delayed jobs every claim was planned again, the
-walk before issue 13 (0.24 ms a run) as the per-level claim (0.6 ms). Updating them
-through `id = ANY(ARRAY(...))` takes the guess out (docs/adr/0006, addendum of 2026-12-02).
+plan unless that plan's estimated cost is above the average of the per-run plans. Beside
+100,000 delayed jobs the walk before issue 13 was planned again on every run (0.17 ms of
+planning), and so was the per-level claim while the planner saw the run's values: it
+priced a per-run plan by the delayed jobs it knew of, and the generic plan by a guess of
+how many are ready (0.45 ms of planning a run). Now the queue, now and n reach it as
+sub-selects, and the claimed jobs are updated through `id = ANY(ARRAY(...))` rather than
+a join priced by a guess of how many they are: both plans cost the same and the generic
+one is kept (docs/adr/0006, addendum of 2026-12-02).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from tests.conftest import Backend
 def test_the_claim_runs_one_generic_plan(pg_backend: Backend, ready: int) -> None:
     with pg_backend.migrated(pool_size=1) as store:  # every statement on one session
         q = store.queue("q")
-        q.enqueue_many(list(range(20_000)), delay=3600)
+        q.enqueue_many(list(range(100_000)), delay=3600)
         with store.transaction() as tx:
             tx.connection.execute(f"ANALYZE {store.namespace}.jobs")
         q.enqueue_many(list(range(ready)))

@@ -49,42 +49,47 @@ RETURNING id
 -- levels, the walk of the index. PostgreSQL runs a recursive CTE only as far as it is
 -- read and the arms of UNION ALL in turn, so a claim its top level fills probes no other
 -- level, and LIMIT stops the rest. No ORDER BY: the nested loop over `levels` (LATERAL
--- keeps it outside), then the walk, yield the jobs in claim order. The jobs are updated
--- through `id = ANY(ARRAY(...))`, not a join with `next`: the planner's guess of how many
--- rows `next` yields (a tenth of what its scans may find, for `LIMIT $n`) priced a generic
--- plan's join above the per-run plans, and psycopg's prepared claim was planned again on
--- every run (tests/integration/test_claim_plan_cache.py). tests/contract/test_claim_plan.py
--- pins the plan and the cost, test_claim_order.py the jobs.
+-- keeps it outside), then the walk, yield the jobs in claim order.
+-- One plan for every run: the queue, now and n reach the planner as sub-selects, so a
+-- plan made for the values of one run is priced as the generic plan is and psycopg's
+-- prepared claim keeps the generic one. Given the values, the planner priced its
+-- per-run plans of a queue of delayed jobs far below the generic plan (which must guess
+-- how many jobs are ready) and planned the claim again on every run, 0.5 ms; the walk
+-- before this was planned on every run too (tests/integration/test_claim_plan_cache.py).
+-- The jobs are updated through `id = ANY(ARRAY(...))`: a join with `next` was priced by a
+-- guess of how many rows it yields. tests/contract/test_claim_plan.py pins the plan and
+-- the cost, test_claim_order.py the jobs.
 WITH RECURSIVE levels (priority, n) AS (
     (SELECT {top_priority}, 1)
     UNION ALL
     SELECT (SELECT j.priority FROM {ns}.jobs AS j
-            WHERE j.queue = %(queue)s AND j.priority < l.priority
+            WHERE j.queue = (SELECT %(queue)s::text) AND j.priority < l.priority
             ORDER BY j.priority DESC LIMIT 1), l.n + 1
     FROM levels AS l
     WHERE l.priority IS NOT NULL AND l.n < %(levels)s
 ), next AS (
     (SELECT r.id FROM levels AS l CROSS JOIN LATERAL (
         SELECT j.id FROM {ns}.jobs AS j
-        WHERE j.queue = %(queue)s AND j.priority = l.priority AND j.visible_at <= {now}
+        WHERE j.queue = (SELECT %(queue)s::text) AND j.priority = l.priority
+          AND j.visible_at <= (SELECT {now})
           AND j.attempts < j.max_attempts
-          AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > {now})
+          AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > (SELECT {now}))
           AND (j.lease_token IS NULL OR {up_for_lease})
         ORDER BY j.visible_at, j.id
-        LIMIT %(n)s
+        LIMIT (SELECT %(n)s::int)
         FOR UPDATE SKIP LOCKED) AS r)
     UNION ALL
     (SELECT r.id FROM (
         SELECT j.id FROM {ns}.jobs AS j
-        WHERE j.queue = %(queue)s AND j.priority < (SELECT min(priority) FROM levels)
-          AND j.visible_at <= {now}
+        WHERE j.queue = (SELECT %(queue)s::text) AND j.priority < (SELECT min(priority) FROM levels)
+          AND j.visible_at <= (SELECT {now})
           AND j.attempts < j.max_attempts
-          AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > {now})
+          AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > (SELECT {now}))
           AND (j.lease_token IS NULL OR {up_for_lease})
         ORDER BY j.priority DESC, j.visible_at, j.id
-        LIMIT %(n)s
+        LIMIT (SELECT %(n)s::int)
         FOR UPDATE SKIP LOCKED) AS r)
-    LIMIT %(n)s
+    LIMIT (SELECT %(n)s::int)
 )
 UPDATE {ns}.jobs AS j SET
     attempts = j.attempts + %(go)s::int,
@@ -104,7 +109,8 @@ RETURNING j.id, j.queue, j.priority, j.claimed_for, j.attempts, j.max_attempts, 
 
 -- name: top_priority_fragment
 -- The highest priority of the queue's jobs (NULL: none): the first entry of the claim index.
-(SELECT priority FROM {ns}.jobs WHERE queue = %(queue)s ORDER BY priority DESC LIMIT 1)
+(SELECT priority FROM {ns}.jobs WHERE queue = (SELECT %(queue)s::text)
+ ORDER BY priority DESC LIMIT 1)
 
 -- name: next_due
 -- Milliseconds from now until the queue's next job falls due (<= 0: one is due now; NULL:
