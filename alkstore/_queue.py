@@ -24,6 +24,7 @@ CONFIG_TTL = 5.0  # seconds a Queue object trusts the stored defaults it read
 EXHAUSTED_EVERY = 1.0  # seconds between claim_many's looks for exhausted jobs to bury
 DUE_LEVELS = 32  # priority levels next_due() probes; past them its answer is capped
 DUE_UNSURE = 1.0  # seconds: next_due()'s cap when the queue holds more priority levels
+CLAIM_LEVELS = 32  # priority levels a claim range-scans one by one; below them it walks
 _INT32 = _checks.INT32
 _encode = msgspec.json.Encoder().encode
 
@@ -299,6 +300,7 @@ class Queue:
             "lease_ms": lease,
             "n": start or n,
             "go": 1 if start else 0,
+            "levels": CLAIM_LEVELS,
         }
         # Two plain claims when some start and some are prefetched: the started ones are
         # first in claim order. (One statement that ranks the rows with a window cost

@@ -60,7 +60,7 @@ import msgspec
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/queues.py`
 
 import alkstore
-from alkstore import _sql
+from alkstore import _queue, _sql
 from bench._common import (
     Backend,
     Metric,
@@ -231,7 +231,8 @@ class RawSql:
 
     def claim_ack(self, queue: str, n: int) -> int:
         """The engine's own claim and ack_many statements; returns how many jobs."""
-        params = {"queue": queue, "now": now_ms(), "lease_ms": 30_000, "n": n}
+        params = {"queue": queue, "now": now_ms(), "lease_ms": 30_000, "n": n, "go": 1}
+        params["levels"] = _queue.CLAIM_LEVELS
         rows = self.run(self.queries["claim"], params)
         if rows:
             pairs = _encode([[row[0], row[7]] for row in rows]).decode()

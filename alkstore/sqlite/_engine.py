@@ -31,6 +31,7 @@ BULK_MIN = 8  # jobs from which insert_jobs beats one INSERT per job (docs/adr/0
 
 # a string literal or a comment (both kept as they are), or a `:name` parameter
 _NAMED = re.compile(r"'(?:[^']|'')*'|--[^\n]*|(?<![:\w]):([A-Za-z_]\w*)")
+_PROSE = re.compile(r"'(?:[^']|'')*'|--[^\n]*")  # string literals and comments
 
 Binder = _sql.Binder
 
@@ -42,8 +43,9 @@ def positional(query: str) -> tuple[str, Binder | None]:
     on every execution; `itemgetter` on the interned keys costs a fraction of that
     (docs/performance.md). Queries without named parameters, and scripts of several
     statements (apsw hands positional values out statement by statement), are left
-    alone."""
-    if ";" in query or ":" not in query:
+    alone; a `;` or `:` in a comment or a string literal counts for neither."""
+    code = _PROSE.sub("", query)
+    if ";" in code or ":" not in code:
         return query, None
     return _sql.numbered(query, _NAMED, "?")
 

@@ -23,7 +23,10 @@ from alkstore.sqlite._engine import configure, positional
 NS = "t"
 # the worker's statements, with values that make each do its work
 HOT: dict[str, dict[str, Any]] = {
-    "claim": {"queue": "q", "now": None, "lease_ms": 1000, "n": 10, "go": 1},
+    "claim": {
+        **{"queue": "q", "now": None, "lease_ms": 1000, "n": 10, "go": 1},
+        "levels": _queue.CLAIM_LEVELS,
+    },
     "next_due": {"queue": "q", "now": None, "levels": _queue.DUE_LEVELS},
     "enqueue": {
         **dict.fromkeys(("run_at", "expires_at", "expires_ms", "max_attempts", "backoff")),
@@ -60,7 +63,8 @@ def test_a_hot_statement_compiles_once_not_on_every_run(tmp_path: Path, name: st
 
     conn.authorizer = authorizer  # set first: setting it expires every cached statement
     query, bind = positional(_sql.queries("alkstore.sqlite", NS)[name])
-    values = HOT[name] if bind is None else bind(HOT[name])
+    assert bind is not None  # bound by position, as the engine binds it
+    values = bind(HOT[name])
     try:
         for run in range(3):
             if run == 1:

@@ -33,6 +33,19 @@ def test_unnamed_queries_and_scripts_are_left_alone(query: str) -> None:
     assert positional(query) == (query, None)
 
 
+def test_a_semicolon_in_a_comment_or_a_literal_does_not_make_a_script() -> None:
+    """The claim's comments have semicolons: it was bound by name, the slow way, until
+    issue 13 found it."""
+    query, bind = positional("-- a; b\nSELECT ';', :a -- c; :d\n")
+    assert query == "-- a; b\nSELECT ';', ?1 -- c; :d\n"
+    assert bind is not None
+    assert bind({"a": 1}) == (1,)
+    assert positional("-- only :a comment; here\nSELECT 1") == (
+        "-- only :a comment; here\nSELECT 1",
+        None,
+    )
+
+
 def test_a_missing_parameter_is_a_key_error_as_with_apsw_dict_binding() -> None:
     _, bind = positional("SELECT :a, :b")
     assert bind is not None

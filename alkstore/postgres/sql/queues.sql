@@ -43,16 +43,53 @@ RETURNING id
 -- (started = false) and count when the worker starts them (start_many); a claim that
 -- mixes both is two of these (Queue.claim_many). A lapsed lease that had started records
 -- "lease expired".
-WITH next AS (
-    SELECT id FROM {ns}.jobs
-    WHERE queue = %(queue)s
-      AND visible_at <= {now}
-      AND attempts < max_attempts
-      AND (expires_at IS NULL OR attempts > 0 OR expires_at > {now})
-      AND (lease_token IS NULL OR {up_for_lease})
-    ORDER BY priority DESC, visible_at, id
-    LIMIT %(n)s
-    FOR UPDATE SKIP LOCKED
+-- The jobs, in claim order, never reading a delayed one (docs/adr/0006, addendum of
+-- 2026-12-01): for each priority level from the highest (`levels`: one probe each, at
+-- most `levels` of them), its range of the claim index up to now (LATERAL); below those
+-- levels, the walk of the index. PostgreSQL runs a recursive CTE only as far as it is
+-- read and the arms of UNION ALL in turn, so a claim its top level fills probes no other
+-- level, and LIMIT stops the rest. No ORDER BY: the nested loop over `levels` (LATERAL
+-- keeps it outside), then the walk, yield the jobs in claim order.
+-- One plan for every run: the queue, now and n reach the planner as sub-selects, so a
+-- plan made for the values of one run is priced as the generic plan is and psycopg's
+-- prepared claim keeps the generic one. Given the values, the planner priced its
+-- per-run plans of a queue of delayed jobs far below the generic plan (which must guess
+-- how many jobs are ready) and planned the claim again on every run, 0.5 ms; the walk
+-- before this was planned on every run too (tests/integration/test_claim_plan_cache.py).
+-- The jobs are updated through `id = ANY(ARRAY(...))`: a join with `next` was priced by a
+-- guess of how many rows it yields. tests/contract/test_claim_plan.py pins the plan and
+-- the cost, test_claim_order.py the jobs.
+WITH RECURSIVE levels (priority, n) AS (
+    (SELECT {top_priority}, 1)
+    UNION ALL
+    SELECT (SELECT j.priority FROM {ns}.jobs AS j
+            WHERE j.queue = (SELECT %(queue)s::text) AND j.priority < l.priority
+            ORDER BY j.priority DESC LIMIT 1), l.n + 1
+    FROM levels AS l
+    WHERE l.priority IS NOT NULL AND l.n < %(levels)s
+), next AS (
+    (SELECT r.id FROM levels AS l CROSS JOIN LATERAL (
+        SELECT j.id FROM {ns}.jobs AS j
+        WHERE j.queue = (SELECT %(queue)s::text) AND j.priority = l.priority
+          AND j.visible_at <= (SELECT {now})
+          AND j.attempts < j.max_attempts
+          AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > (SELECT {now}))
+          AND (j.lease_token IS NULL OR {up_for_lease})
+        ORDER BY j.visible_at, j.id
+        LIMIT (SELECT %(n)s::int)
+        FOR UPDATE SKIP LOCKED) AS r)
+    UNION ALL
+    (SELECT r.id FROM (
+        SELECT j.id FROM {ns}.jobs AS j
+        WHERE j.queue = (SELECT %(queue)s::text) AND j.priority < (SELECT min(priority) FROM levels)
+          AND j.visible_at <= (SELECT {now})
+          AND j.attempts < j.max_attempts
+          AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > (SELECT {now}))
+          AND (j.lease_token IS NULL OR {up_for_lease})
+        ORDER BY j.priority DESC, j.visible_at, j.id
+        LIMIT (SELECT %(n)s::int)
+        FOR UPDATE SKIP LOCKED) AS r)
+    LIMIT (SELECT %(n)s::int)
 )
 UPDATE {ns}.jobs AS j SET
     attempts = j.attempts + %(go)s::int,
@@ -65,10 +102,15 @@ UPDATE {ns}.jobs AS j SET
               ELSE j.history || jsonb_build_array(jsonb_build_object(
                   'attempt', j.attempts, 'error', 'lease expired', 'at', j.visible_at))
               END
-FROM next WHERE j.id = next.id
+WHERE j.id = ANY(ARRAY(SELECT id FROM next))
 RETURNING j.id, j.queue, j.priority, j.claimed_for, j.attempts, j.max_attempts, j.backoff::text,
           j.lease_token, j.lease_ms, j.enqueued_at, j.type, j.key, j.position,
           j.headers::text, j.payload::text, j.progress::text, j.started
+
+-- name: top_priority_fragment
+-- The highest priority of the queue's jobs (NULL: none): the first entry of the claim index.
+(SELECT priority FROM {ns}.jobs WHERE queue = (SELECT %(queue)s::text)
+ ORDER BY priority DESC LIMIT 1)
 
 -- name: next_due
 -- Milliseconds from now until the queue's next job falls due (<= 0: one is due now; NULL:

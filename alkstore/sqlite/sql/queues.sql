@@ -39,6 +39,14 @@ RETURNING id
 -- prefetched (started = 0) and count when the worker starts them (start_many); a claim
 -- that mixes both is two of these (Queue.claim_many). A lapsed lease that had started
 -- records "lease expired".
+-- The jobs, in claim order, never reading a delayed one (docs/adr/0006, addendum of
+-- 2026-12-01): the top priority level's range of the claim index, up to now; only if
+-- that leaves the claim short, the same range of each lower level (`levels`: one probe
+-- each, at most :levels levels in all); below those, the walk of the index. No ORDER BY:
+-- the arms run in turn (the nested loop keeps `levels` outside: CROSS JOIN), each yields
+-- its jobs in claim order, and LIMIT keeps the first n. SQLite computes `levels` where
+-- the second arm starts, so a claim its top level fills probes no other level.
+-- tests/contract/test_claim_plan.py pins the plan and the cost, test_claim_order.py the jobs.
 UPDATE {ns}__jobs SET
     attempts = attempts + :go,
     started = :go,
@@ -51,16 +59,40 @@ UPDATE {ns}__jobs SET
                   'attempt', attempts, 'error', 'lease expired', 'at', visible_at))
               END
 WHERE id IN (
-    SELECT id FROM {ns}__jobs
-    WHERE queue = :queue
-      AND +visible_at <= {now}  -- "+": a filter; the index serves queue and the order
-      AND attempts < max_attempts
-      AND (expires_at IS NULL OR attempts > 0 OR expires_at > {now})
-    ORDER BY priority DESC, visible_at, id
+    WITH RECURSIVE levels (priority, n) AS (
+        SELECT (SELECT j.priority FROM {ns}__jobs AS j
+                WHERE j.queue = :queue AND j.priority < {top_priority}
+                ORDER BY j.priority DESC LIMIT 1), 2
+        UNION ALL
+        SELECT (SELECT j.priority FROM {ns}__jobs AS j
+                WHERE j.queue = :queue AND j.priority < l.priority
+                ORDER BY j.priority DESC LIMIT 1), l.n + 1
+        FROM levels AS l
+        WHERE l.priority IS NOT NULL AND l.n < :levels
+    )
+    SELECT j.id FROM {ns}__jobs AS j
+    WHERE j.queue = :queue AND j.priority = {top_priority} AND j.visible_at <= {now}
+      AND j.attempts < j.max_attempts
+      AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > {now})
+    UNION ALL
+    SELECT j.id FROM levels AS l CROSS JOIN {ns}__jobs AS j
+    WHERE j.queue = :queue AND j.priority = l.priority AND j.visible_at <= {now}
+      AND j.attempts < j.max_attempts
+      AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > {now})
+    UNION ALL
+    SELECT j.id FROM {ns}__jobs AS j
+    WHERE j.queue = :queue AND j.priority < (SELECT min(priority) FROM levels)
+      AND +j.visible_at <= {now}  -- "+": a filter; the index serves queue and the order
+      AND j.attempts < j.max_attempts
+      AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > {now})
     LIMIT :n
 )
 RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lease_token, lease_ms,
           enqueued_at, type, key, position, headers, payload, progress, started
+
+-- name: top_priority_fragment
+-- The highest priority of the queue's jobs (NULL: none): the first entry of the claim index.
+(SELECT priority FROM {ns}__jobs WHERE queue = :queue ORDER BY priority DESC LIMIT 1)
 
 -- name: next_due
 -- Milliseconds from now until the queue's next job falls due (<= 0: one is due now; NULL:
