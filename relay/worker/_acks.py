@@ -41,11 +41,12 @@ class Acks:
         self._reporting = reporting  # an on_outcome hook is set: report each ack
         self._batch = batch
         self._flush_every = flush
-        self._cond = threading.Condition()
+        self._lock = threading.RLock()  # `with self._lock`: a C call per finished job
+        self._cond = threading.Condition(self._lock)
         self._acks: list[Entry] = []
 
     def ack(self, item: _inflight.Running, seconds: float) -> None:
-        with self._cond:
+        with self._lock:
             self._acks.append((item, seconds))
             if len(self._acks) >= self._batch:
                 self._cond.notify()

@@ -49,20 +49,13 @@ class LeaseKeeper:
         try:
             while not done.wait(TICK):
                 now = time.monotonic()
-                items = [item for item in self._inflight.snapshot() if not item.abandoned]
-                self._mark_starts(renewal, items, now - START_AFTER)
-                for item in items:
-                    timeout = item.handler.timeout
-                    if (
-                        timeout is not None
-                        and not item.handler.is_async  # asyncio cancels those itself
-                        and item.started is not None
-                        and now - item.started > timeout
-                    ):
-                        self._on_timeout(item, now - item.started)
-                if not self._renew or not items or now < retry_at:
-                    continue
-                if now < min(item.renewed + item.job.lease_ms / 3000 for item in items):
+                items, due, late, renew_at = self._look(now)
+                if due:
+                    self._mark_starts(renewal, due)
+                for item in late:
+                    assert item.started is not None
+                    self._on_timeout(item, now - item.started)
+                if not self._renew or not items or now < retry_at or now < renew_at:
                     continue
                 try:
                     lost = renewal.renew([item.job for item in items])
@@ -79,21 +72,37 @@ class LeaseKeeper:
         finally:
             renewal.close()
 
-    def _mark_starts(
-        self, renewal: alkstore.Renewal, items: list[_inflight.Running], since: float
-    ) -> None:
-        """Record the starts of prefetched jobs running since before `since` (on the
+    def _look(
+        self, now: float
+    ) -> tuple[list[_inflight.Running], list[_inflight.Running], list[_inflight.Running], float]:
+        """One pass over the held jobs (every TICK, so a plain loop): those held, the
+        prefetched ones running for START_AFTER whose start is not recorded, sync handlers
+        past their timeout, and when the oldest renewal is a third of its lease old."""
+        since = now - START_AFTER
+        items: list[_inflight.Running] = []
+        due: list[_inflight.Running] = []
+        late: list[_inflight.Running] = []
+        renew_at = float("inf")
+        for item in self._inflight.snapshot():
+            if item.abandoned:
+                continue
+            items.append(item)
+            at = item.renewed + item.job.lease_ms / 3000
+            if at < renew_at:
+                renew_at = at
+            started = item.started
+            if started is None:
+                continue
+            if started <= since and not item.marked and not item.finished:
+                due.append(item)
+            timeout = item.handler.timeout
+            if timeout is not None and now - started > timeout and not item.handler.is_async:
+                late.append(item)  # asyncio cancels async handlers itself
+        return items, due, late, renew_at
+
+    def _mark_starts(self, renewal: alkstore.Renewal, due: list[_inflight.Running]) -> None:
+        """Record the starts of prefetched jobs that have run for START_AFTER (on the
         renewal's connection: never behind the handlers)."""
-        due = [
-            item
-            for item in items
-            if not item.marked
-            and not item.finished
-            and item.started is not None
-            and item.started <= since
-        ]
-        if not due:
-            return
         try:
             renewal.mark_started([item.job for item in due])
         except alkstore.StorageError as exc:  # tried again next tick

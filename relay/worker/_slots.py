@@ -40,15 +40,21 @@ class DaemonPool:
 
 @dataclass
 class Slots:
-    """In-flight counts per queue and in total, under one condition."""
+    """In-flight counts per queue and in total, under one condition. (Every finished
+    job gives its slot back: `give` takes the lock itself, a C call, and notifies only
+    when the claim loop waits.)"""
 
     total: int
     per_queue: dict[str, int]
     busy: Counter[str] = field(default_factory=Counter)
-    cond: threading.Condition = field(default_factory=threading.Condition)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    waiting: int = 0  # threads in wait_free
+
+    def __post_init__(self) -> None:
+        self.cond = threading.Condition(self.lock)
 
     def take(self, queue: str, want: int) -> int:
-        with self.cond:
+        with self.lock:
             free = min(
                 self.per_queue[queue] - self.busy[queue], self.total - sum(self.busy.values())
             )
@@ -58,20 +64,25 @@ class Slots:
 
     def give(self, queue: str, n: int = 1) -> None:
         if n:
-            with self.cond:
+            with self.lock:
                 self.busy[queue] -= n
-                self.cond.notify_all()
+                if self.waiting:
+                    self.cond.notify_all()
 
     def wait_free(self, queue: str, timeout: float) -> None:
-        with self.cond:
-            self.cond.wait_for(
-                lambda: (
-                    self.busy[queue] < self.per_queue[queue]
-                    and sum(self.busy.values()) < self.total
-                ),
-                timeout,
-            )
+        with self.lock:
+            self.waiting += 1
+            try:
+                self.cond.wait_for(
+                    lambda: (
+                        self.busy[queue] < self.per_queue[queue]
+                        and sum(self.busy.values()) < self.total
+                    ),
+                    timeout,
+                )
+            finally:
+                self.waiting -= 1
 
     def wake(self) -> None:
-        with self.cond:
+        with self.lock:
             self.cond.notify_all()
