@@ -22,6 +22,7 @@ import pytest
 
 import alkstore
 from tests.conftest import Backend
+from tests.processes import CliProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -133,7 +134,8 @@ def post(url: str, body: dict[str, object]) -> int:
 
 
 def test_the_order_service_parts_run_as_processes(place: Place, tmp_path: Path) -> None:
-    """setup, the HTTP API under uvicorn, the relay's step, `alkstore worker --once`."""
+    """setup; the HTTP API under uvicorn and `alkstore relay`; the health check while they
+    run; `alkstore worker --once`; the health check once the relay is gone."""
     run(tmp_path, "-m", "examples.orders", "setup", *place.args)
     port = free_port()
     server = subprocess.Popen(
@@ -141,22 +143,31 @@ def test_the_order_service_parts_run_as_processes(place: Place, tmp_path: Path) 
          "--port", str(port)],
         cwd=tmp_path, env=place.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
+    relay = CliProcess("relay", ["--db", place.url, "--namespace", place.namespace],
+                       tmp_path / "relay.log")  # fmt: skip
     try:
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 20
         while True:
             try:
-                order_id = post(f"http://127.0.0.1:{port}/orders", {"email": "a@example.com",
-                                                                     "total_cents": 5})  # fmt: skip
+                order = {"email": "a@example.com", "total_cents": 5}
+                order_id = post(f"http://127.0.0.1:{port}/orders", order)
                 break
             except urllib.error.URLError:
                 assert time.monotonic() < deadline and server.poll() is None, "uvicorn died"
                 time.sleep(0.1)
+        with place.store() as store:
+            while store.queue("confirmations").stats().ready < 1:  # the relay's job
+                assert time.monotonic() < deadline and relay.alive(), relay.describe()
+                time.sleep(0.05)
+        healthy = run(tmp_path, "-m", "examples.healthcheck", *place.args)
+        assert re.search(r"^ok   relay: \S+ holds the lease \(token \d+\)$", healthy.stdout, re.M)
+        assert re.search(r"^ok   confirmations: 1 ready \(oldest \d+\.\ds\)", healthy.stdout, re.M)
     finally:
         server.terminate()
         server.wait(10)
-    with place.store() as store:
-        store.relay_batch()  # what `alkstore relay` does in a loop
-        assert store.queue("confirmations").stats().ready == 1
+        assert relay.terminate() == 0, relay.describe()
+        relay.close()
+
     worker = run(
         tmp_path, "-m", "relay.cli", "worker", "examples.orders.worker:worker", "--once",
         "--queues", "confirmations", *place.args,
@@ -164,6 +175,15 @@ def test_the_order_service_parts_run_as_processes(place: Place, tmp_path: Path) 
     assert f"confirmation for order {order_id} sent to a@example.com (attempt 1)" in worker.stderr
     with place.store() as store:
         assert store.queue("confirmations").stats().ready == 0
+        store.queue("audit").enqueue({"n": 1})  # a queue fed by enqueue, no subscription
+    sick = subprocess.run(
+        [sys.executable, "-m", "examples.healthcheck", "--max-wait", "0", "--queue", "audit",
+         *place.args],
+        cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert sick.returncode == 1, sick.stdout + sick.stderr
+    assert "FAIL relay: no process holds the relay lease" in sick.stdout
+    assert re.search(r"^FAIL audit: 1 ready \(oldest \d+\.\ds\)", sick.stdout, re.M)
 
 
 def test_a_producer_appends_on_its_own_connection(place: Place, tmp_path: Path) -> None:
