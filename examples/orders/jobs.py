@@ -13,6 +13,7 @@ import logging
 
 import alkstore
 import relay
+from examples.orders import shop
 from examples.orders.shop import OrderPlaced, ReportDue
 
 log = logging.getLogger("examples.orders")
@@ -37,11 +38,13 @@ def build_worker(store: alkstore.Store) -> relay.Worker:
     @worker.handler("confirmations", concurrency=4)
     def confirm(job: alkstore.Job[OrderPlaced]) -> None:
         order = job.payload
-        send_mail(order.email, f"Order {order.order_id} confirmed", job.attempt)
+        # the address as it is now: after a bounce, someone may have corrected it and
+        # requeued the dead letter
+        email = shop.order_email(store, order.order_id)
+        send_mail(email, f"Order {order.order_id} confirmed", job.attempt)
         log.info(
-            "confirmation for order %d sent to %s (attempt %d)",
-            order.order_id, order.email, job.attempt,
-        )  # fmt: skip
+            "confirmation for order %d sent to %s (attempt %d)", order.order_id, email, job.attempt
+        )
 
     @worker.handler("reports", concurrency=1)
     def report(job: alkstore.Job[ReportDue]) -> None:

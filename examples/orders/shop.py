@@ -30,6 +30,10 @@ INSERT_ORDER = {  # apsw and psycopg spell parameters differently
     "sqlite": "INSERT INTO orders (email, total_cents) VALUES (?, ?) RETURNING id",
     "postgres": "INSERT INTO orders (email, total_cents) VALUES (%s, %s) RETURNING id",
 }
+ORDER_EMAIL = {
+    "sqlite": "SELECT email FROM orders WHERE id = ?",
+    "postgres": "SELECT email FROM orders WHERE id = %s",
+}
 
 
 class Declined(Exception):
@@ -48,6 +52,13 @@ def place_order(store: alkstore.Store, email: str, total_cents: int) -> int:
         if total_cents > CREDIT_LIMIT_CENTS:  # raising rolls back the row and the event
             raise Declined(f"order {order_id}: {total_cents} cents is over the credit limit")
     return int(order_id)
+
+
+def order_email(store: alkstore.Store, order_id: int) -> str:
+    """The order's e-mail address as it is now (someone may have corrected it)."""
+    with store.transaction() as tx:
+        [(email,)] = tx.connection.execute(ORDER_EMAIL[store.engine.name], (order_id,)).fetchall()
+    return str(email)
 
 
 def setup(store: alkstore.Store) -> None:

@@ -120,6 +120,22 @@ def test_the_order_service_runs_in_one_command(place: Place, tmp_path: Path) -> 
         reports = store.queue("reports").stats()
         assert (reports.ready, reports.active, reports.dead) == (0, 0, 0)
 
+        # the operator's fix: correct the address, requeue the dead letter
+        order_id = int(json.loads(dead.raw)["order_id"])
+        with store.transaction() as tx:
+            tx.connection.execute(
+                f"UPDATE orders SET email = 'alan@example.com' WHERE id = {order_id}"
+            )
+        assert confirmations.requeue([dead.id]) == 1
+    worker = run(
+        tmp_path, "-m", "relay.cli", "worker", "examples.orders.worker:worker", "--once",
+        "--queues", "confirmations", *place.args,
+    )  # fmt: skip
+    assert f"order {order_id} sent to alan@example.com (attempt 1)" in worker.stderr
+    with place.store() as store:
+        stats = store.queue("confirmations").stats()
+        assert (stats.ready, stats.scheduled, stats.active, stats.dead) == (0, 0, 0, 0)
+
 
 def free_port() -> int:
     with socket.socket() as s:
