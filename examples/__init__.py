@@ -1,0 +1,1 @@
+"""Small real programs built on alkstore; see examples/README.md."""
