@@ -5,7 +5,7 @@ counters and lag, and gauges sampled by one process per namespace only."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 import pytest
@@ -22,9 +22,9 @@ SAMPLE = 0.2  # seconds between samples of the cluster-wide gauges in these test
 
 
 @contextmanager
-def serving(**options: object) -> Iterator[relay.metrics.Server]:
+def serving(stores: Iterable[alkstore.Store] = ()) -> Iterator[relay.metrics.Server]:
     with relay.metrics.serve(
-        0, "127.0.0.1", registry=CollectorRegistry(), sample_every=SAMPLE, **options
+        0, "127.0.0.1", registry=CollectorRegistry(), sample_every=SAMPLE, stores=stores
     ) as server:
         yield server
 
