@@ -57,6 +57,8 @@ def context() -> dict[str, str] | None:
 
 def merged(headers: dict[str, str] | None) -> dict[str, str] | None:
     """`headers` with the current trace context added (the caller's keys win)."""
+    if _inject is None and _MODULE not in sys.modules:
+        return headers  # the path of every append without OpenTelemetry: one lookup
     found = context()
     if found is None:
         return headers
@@ -68,8 +70,13 @@ def merged(headers: dict[str, str] | None) -> dict[str, str] | None:
 def encoded() -> str | None:
     """The current trace context as stored headers JSON (None without one): the headers
     of a job enqueued with no headers of its own."""
+    if _inject is None and _MODULE not in sys.modules:
+        return None  # the path of every enqueue without OpenTelemetry: one lookup
     found = context()
     if found is None:
         return None
-    raw = _events.codec.encode_headers(found)
+    try:
+        raw = _events.codec.encode_headers(found)
+    except Exception:
+        return None
     return None if raw is None else raw.decode()
