@@ -42,6 +42,7 @@ class Relay:
         self.relayed_events = 0
         self.created_jobs = 0
         self.reconnects = 0  # database errors retried (for relay.metrics, ADR 0019)
+        self.fired = 0  # schedule boundaries its embedded scheduler fired
         self._stop = threading.Event()
         self._next_maintenance = 0.0
         self.schedules = schedules
@@ -117,7 +118,7 @@ class Relay:
         if not self.schedules or not self.is_leader:
             return self.poll
         try:
-            self.store.fire_schedules(self.lease)
+            self.fired += self.store.fire_schedules(self.lease)
         except alkstore.AlkstoreError as exc:
             log.warning("scheduler tick failed: %s", exc)
             return self.poll

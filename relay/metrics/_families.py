@@ -121,7 +121,9 @@ class Families(Collector):
             "alkstore_relay_jobs_created", "Jobs the relay made from events.", labels=NS
         )
         fired = CounterMetricFamily(
-            "alkstore_schedule_firings", "Schedule boundaries this scheduler fired.", labels=NS
+            "alkstore_schedule_firings",
+            "Schedule boundaries fired (by a scheduler, or a relay's embedded one).",
+            labels=NS,
         )
         leader = GaugeMetricFamily(
             "alkstore_leader",
@@ -129,15 +131,16 @@ class Families(Collector):
             labels=["namespace", "role"],
         )
         totals: defaultdict[str, list[int]] = defaultdict(lambda: [0, 0])
+        firings: Counter[str] = Counter()
         for relay in _sources.relays():
             ns = relay.store.namespace
             totals[ns][0] += relay.relayed_events
             totals[ns][1] += relay.created_jobs
+            firings[ns] += relay.fired  # its embedded scheduler
             leader.add_metric([ns, "relay"], 1 if relay.is_leader else 0)
         for ns, (events, jobs) in sorted(totals.items()):
             relayed.add_metric([ns], events)
             created.add_metric([ns], jobs)
-        firings: Counter[str] = Counter()
         for scheduler in _sources.schedulers():
             ns = scheduler.store.namespace
             firings[ns] += scheduler.fired

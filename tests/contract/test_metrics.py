@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 
 import alkstore
 import relay
+from tests.clock import Clock
 from tests.conftest import Backend
 from tests.events import OrderPlaced
 from tests.metrics_support import Samples, scrape, value
@@ -162,3 +163,21 @@ def test_serve_refuses_a_port_in_use_and_bad_arguments() -> None:
         relay.metrics.serve(70_000)
     with pytest.raises(alkstore.InvalidArgument, match="sample_every"):
         relay.metrics.serve(0, sample_every=0)
+
+
+def test_schedule_firings_count_in_the_scheduler_and_in_the_relay(
+    sstore: alkstore.Store, clock: Clock
+) -> None:
+    ns = sstore.namespace
+    sstore.schedules.add("beat", every="10s", event=OrderPlaced(order_id=0))
+    scheduler, process = relay.Scheduler(sstore), relay.Relay(sstore)
+    with serving() as server:
+        clock.advance(10)
+        assert scheduler.tick() >= 0 and scheduler.fired == 1
+        clock.advance(10)
+        process.step()
+        process._fire_schedules()  # the relay's embedded scheduler, under its lease
+        samples = scrape(server.url)
+        process.lease.release()
+    assert value(samples, "alkstore_schedule_firings_total", namespace=ns) == 2
+    assert value(samples, "alkstore_leader", namespace=ns, role="scheduler") == 0
