@@ -1,7 +1,6 @@
 """CPU per job: the worker runtime against the plain claim API, in one process.
 
     python bench/worker_cpu.py [--engines sqlite,postgres] [--jobs 60000] [--rounds 3]
-                               [--metrics]
 
 On each engine, alternating per round: N no-op jobs are enqueued, then drained
 (a) by a `claim_many(100)` / `ack_many` loop and (b) by `relay.Worker(store)` with one
@@ -10,10 +9,7 @@ no-op handler at its default concurrency, `run(once=True)`. CPU is this process'
 PostgreSQL's server CPU is not counted), so a busy machine moves it far less than
 the wall-clock rate, which is shown beside. Reported: medians over the rounds, and the
 runtime/loop ratios (issue 13's target: runtime CPU/job <= 1.3x the loop's,
-throughput >= 0.8x). `--metrics` serves Prometheus metrics from this process for the
-whole run (`relay.metrics.serve(0)`, scraped every second): compare a run with it to one
-without for what metrics cost per job (docs/adr/0019). Run it from the repository root;
-it always exits 0.
+throughput >= 0.8x). Run it from the repository root; it always exits 0.
 """
 
 from __future__ import annotations
@@ -22,9 +18,7 @@ import argparse
 import os
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from statistics import median
@@ -73,28 +67,13 @@ def runtime(store: alkstore.Store, n: int) -> tuple[float, float]:
     return taken
 
 
-def scraping(url: str) -> None:
-    """Scrape `url` once a second in a daemon thread, as Prometheus would (its CPU counts)."""
-
-    def scrape() -> None:
-        while True:
-            with urllib.request.urlopen(url, timeout=5) as response:
-                response.read()
-            time.sleep(1)
-
-    threading.Thread(target=scrape, name="scraper", daemon=True).start()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--engines", default="sqlite,postgres")
     parser.add_argument("--jobs", type=int, default=60_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--metrics", action="store_true", help="serve and scrape metrics")
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cpus")
-    if args.metrics:
-        scraping(relay.metrics.serve(0, "127.0.0.1").url)
     for engine in args.engines.split(","):
         namespace = f"bench_{uuid.uuid4().hex[:8]}"
         if engine == "sqlite":
