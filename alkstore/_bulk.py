@@ -18,7 +18,7 @@ from typing import Any, Literal, cast
 
 import msgspec
 
-from alkstore import _backoff, _checks, _engine, _errors, _events
+from alkstore import _backoff, _checks, _engine, _errors, _events, _tracing
 
 OnDuplicate = Literal["raise", "ignore"]
 RACES = 5  # runs of a batch whose dedupe keys other transactions keep taking (PostgreSQL)
@@ -124,7 +124,8 @@ def _expires(value: datetime | float) -> tuple[int | None, int | None]:
 
 
 def _headers(headers: dict[str, str] | None) -> str | None:
-    encoded = _events.codec.encode_headers(headers)
+    """Stored headers JSON, with the current span's trace context (docs/adr/0019)."""
+    encoded = _events.codec.encode_headers(_tracing.merged(headers))
     return encoded.decode() if encoded else None
 
 

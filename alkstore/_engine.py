@@ -14,7 +14,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any, Literal, Protocol
 
-from alkstore import _checks, _errors, _events, _wake
+from alkstore import _checks, _errors, _events, _tracing, _wake
 
 EventRow = tuple[str, str | None, str | None, str]
 """An encoded event ready to insert: (type, key, headers JSON, payload JSON).
@@ -193,7 +193,7 @@ def batched_rows(
     most `limit` bytes (PayloadTooLarge). Many are encoded in one call (docs/adr/0013); a
     failure there is retried one by one, for the error of the event that fails."""
     codec = _events.codec
-    raw_headers = codec.encode_headers(headers)
+    raw_headers = codec.encode_headers(_tracing.merged(headers))  # ADR 0019
     encoded_headers = raw_headers.decode() if raw_headers is not None else None
     kinds = set(map(type, events))
     if len(events) >= BATCH_ENCODE_MIN and all(issubclass(k, _events.Event) for k in kinds):

@@ -15,7 +15,19 @@ from typing import Any, Literal, overload
 
 import msgspec
 
-from alkstore import _backoff, _bulk, _checks, _config, _engine, _errors, _events, _jobs, _sql
+from alkstore import (
+    _backoff,
+    _bulk,
+    _checks,
+    _config,
+    _engine,
+    _errors,
+    _events,
+    _jobs,
+    _sql,
+    _tracing,
+    observe,
+)
 
 DEFAULT_MAX_ATTEMPTS = _sql.DEFAULT_MAX_ATTEMPTS  # one value, the SQL's too
 DEFAULT_VISIBILITY = 30.0
@@ -88,7 +100,7 @@ def plain_params(runtime: Runtime, queue: str, payload: object) -> dict[str, Any
         "type": type_name,
         "key": None,
         "position": None,
-        "headers": None,
+        "headers": _tracing.encoded(),  # the current span's trace context (ADR 0019)
         "payload": raw,
     }
 
@@ -127,7 +139,7 @@ def enqueue_params(
     if backoff is not None:
         params["backoff"] = _backoff.encode(backoff)
     params["dedupe_key"] = dedupe_key
-    encoded_headers = _events.codec.encode_headers(headers)
+    encoded_headers = _events.codec.encode_headers(_tracing.merged(headers) if headers else None)
     if encoded_headers:
         params["headers"] = encoded_headers.decode()
     return params
@@ -246,6 +258,8 @@ class Queue:
         rows = self._engine.run(enqueue_query(params), params)
         job_id = check_duplicate(rows, params, on_duplicate)
         self._engine.committed()
+        if observe.counts is not None and job_id is not None:
+            observe.counts.enqueued(self._engine.namespace, self.name, 1)
         return job_id
 
     def enqueue_many(
@@ -262,7 +276,7 @@ class Queue:
         `alkstore.JobSpec(payload, delay=..., priority=..., dedupe_key=...,
         max_attempts=...)` whose own options win. Dedupe keys are decided in input
         order: a later job with the key of an earlier one is a duplicate."""
-        return _bulk.enqueue_many(
+        ids = _bulk.enqueue_many(
             self._engine,
             self.name,
             items,
@@ -271,6 +285,9 @@ class Queue:
             on_duplicate=on_duplicate,
             options=options,
         )
+        if observe.counts is not None:
+            observe.counts.enqueued(self._engine.namespace, self.name, len(ids) - ids.count(None))
+        return ids
 
     # -- consuming -------------------------------------------------------------------
 

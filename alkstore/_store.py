@@ -21,7 +21,9 @@ from alkstore import (
     _queue,
     _routing,
     _schedules,
+    _tracing,
     _wake,
+    observe,
 )
 
 
@@ -35,6 +37,8 @@ class Transaction:
         """The raw driver connection (apsw.Connection or psycopg.Connection)."""
         self.wrote = False
         self._open = True
+        self._appended = 0  # counted for alkstore.observe when the transaction commits
+        self._queues: list[str] | None = None
 
     def append(
         self,
@@ -55,6 +59,7 @@ class Transaction:
         limit = self._runtime.max_payload_bytes
         if len(payload) > limit // 4 and _checks.size(payload) > limit:
             raise _errors.PayloadTooLarge(_checks.size(payload), limit, name)
+        headers = _tracing.merged(headers)  # the current span's trace context (ADR 0019)
         raw_headers = codec.encode_headers(headers) if headers else None
         row: _engine.EventRow = (
             name,
@@ -64,6 +69,7 @@ class Transaction:
         )
         self._engine.insert_events(self.connection, (row,))
         self.wrote = True
+        self._appended += 1
 
     def append_many(
         self,
@@ -80,6 +86,7 @@ class Transaction:
         if rows:
             self._engine.insert_events(self.connection, rows)
             self.wrote = True
+            self._appended += len(rows)
 
     @overload
     def enqueue(
@@ -113,6 +120,10 @@ class Transaction:
         rows = self._engine.run_in(self.connection, name, params)
         job_id = _queue.check_duplicate(rows, params, on_duplicate)
         self.wrote = True
+        if observe.counts is not None and job_id is not None:
+            if self._queues is None:
+                self._queues = []
+            self._queues.append(params["queue"])
         return job_id
 
 
@@ -138,6 +149,9 @@ class _Scope:
         self._inner.__exit__(exc_type, exc, tb)
         if tx.wrote and exc_type is None:
             self._runtime.engine.committed()
+            counts = observe.counts
+            if counts is not None:
+                counts.add(self._runtime.engine.namespace, tx._appended, tx._queues or ())
 
 
 class Log:

@@ -5,12 +5,13 @@ Run it from the repository root (about 2-3 minutes; `--quick` takes under one):
 
     python bench/worker.py [--quick] [--engines sqlite,postgres] [--reps 3]
                            [--jobs 50000] [--samples 200] [--interval 0.02]
-                           [--concurrency N] [--json results.json]
+                           [--concurrency N] [--metrics] [--json results.json]
 
 Workers run as users run them: `python -m relay.cli worker bench.noop_jobs:worker
 --db URL [--once]`, with the library's defaults (relay.Worker(store), one handler
 `noop(job: alkstore.Job[dict[str, int]])` at its default concurrency; `--concurrency`
-overrides the handler's). On each engine, in one run:
+overrides the handler's; `--metrics` runs them with `--metrics-port 0`: Prometheus
+metrics on, docs/adr/0019). On each engine, in one run:
 
 1. throughput: 50,000 jobs are put in the queue with one SQL statement, then 1 (or 2)
    worker processes drain it with `--once` and exit. Each process reports how many jobs
@@ -76,6 +77,7 @@ class Settings:
     samples: int
     interval: float
     concurrency: int | None
+    metrics: bool = False
     processes: tuple[int, ...] = (1, 2)
 
 
@@ -85,6 +87,10 @@ def worker_env(namespace: str, settings: Settings, **files: Path) -> dict[str, s
     if settings.concurrency is not None:
         env["NOOP_JOBS_CONCURRENCY"] = str(settings.concurrency)
     return env
+
+
+def metrics_args(settings: Settings) -> list[str]:
+    return ["--metrics-port", "0"] if settings.metrics else []
 
 
 # -- 1. throughput -----------------------------------------------------------------------
@@ -115,7 +121,7 @@ def drain(
     stats = workdir / f"stats-{backend.name}-{time.monotonic_ns()}.jsonl"
     log_path = workdir / f"worker-{backend.name}.log"
     env = worker_env(store.namespace, settings, stats=stats)
-    args = ["worker", TARGET, "--db", backend.url, "--once"]
+    args = ["worker", TARGET, "--db", backend.url, "--once", *metrics_args(settings)]
     start = time.perf_counter()
     with ExitStack() as stack:
         workers = [stack.enter_context(cli_process(args, log_path, env)) for _ in range(processes)]
@@ -198,7 +204,7 @@ def latency(backend: Backend, settings: Settings, workdir: Path) -> list[Metric]
         store.migrate()
         queue = store.queue(QUEUE)
         env = worker_env(store.namespace, settings, latency=starts_path)
-        args = ["worker", TARGET, "--db", backend.url]
+        args = ["worker", TARGET, "--db", backend.url, *metrics_args(settings)]
         with cli_process(args, log_path, env) as process:
             queue.enqueue({"sample": 0})  # the worker is up once this one is handled
             if 0 not in wait_for(starts_path, {0}, FIRST_SAMPLE_TIMEOUT):
@@ -257,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=200, help="latency samples per rep")
     parser.add_argument("--interval", type=float, default=0.02, help="seconds between samples")
     parser.add_argument("--concurrency", type=int, help="handler concurrency (library default)")
+    parser.add_argument("--metrics", action="store_true", help="workers serve metrics (port 0)")
     args = parser.parse_args(argv)
     settings = Settings(
         engines=args.engines,
@@ -265,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         samples=args.samples,
         interval=args.interval,
         concurrency=args.concurrency,
+        metrics=args.metrics,
     )
     run = Run("worker", {**asdict(settings), "engines": ",".join(settings.engines)})
     run.announce()

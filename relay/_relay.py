@@ -13,6 +13,7 @@ import time
 
 import alkstore
 from relay import _checks
+from relay.metrics import _sources
 
 log = logging.getLogger("alkstore.relay")
 
@@ -40,9 +41,12 @@ class Relay:
         self.maintenance_every = _checks.seconds("maintenance_every", maintenance_every)
         self.relayed_events = 0
         self.created_jobs = 0
+        self.reconnects = 0  # database errors retried (for relay.metrics, ADR 0019)
+        self.fired = 0  # schedule boundaries its embedded scheduler fired
         self._stop = threading.Event()
         self._next_maintenance = 0.0
         self.schedules = schedules
+        _sources.add_relay(self)
 
     @property
     def is_leader(self) -> bool:
@@ -73,6 +77,7 @@ class Relay:
                 except alkstore.StorageError as exc:  # e.g. the database restarted or a
                     # connection was terminated
                     failures += 1
+                    self.reconnects += 1
                     delay = min(5.0, 0.1 * 2**failures)
                     log.warning("relay: database error (%s); retrying in %.1fs", exc, delay)
                     self._stop.wait(delay)
@@ -99,7 +104,12 @@ class Relay:
         self.relayed_events += covered
         self.created_jobs += jobs
         if covered:
-            log.debug("relayed %d events into %d jobs", covered, jobs)
+            log.debug(
+                "relayed %d events into %d jobs",
+                covered,
+                jobs,
+                extra={"alkstore": {"events": covered, "jobs": jobs}},
+            )
         return covered >= self.batch
 
     def _fire_schedules(self) -> float:
@@ -108,7 +118,7 @@ class Relay:
         if not self.schedules or not self.is_leader:
             return self.poll
         try:
-            self.store.fire_schedules(self.lease)
+            self.fired += self.store.fire_schedules(self.lease)
         except alkstore.AlkstoreError as exc:
             log.warning("scheduler tick failed: %s", exc)
             return self.poll

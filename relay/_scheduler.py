@@ -18,6 +18,7 @@ import time
 
 import alkstore
 from relay import _checks
+from relay.metrics import _sources
 
 log = logging.getLogger("alkstore.scheduler")
 
@@ -29,8 +30,10 @@ class Scheduler:
         self.lease = store.lease("scheduler", ttl=lease_ttl)
         self.poll = min(_checks.seconds("poll", poll), lease_ttl / 3)
         self.fired = 0
+        self.reconnects = 0  # failed ticks retried (for relay.metrics, ADR 0019)
         self._stop = threading.Event()
         self._next_prune = 0.0
+        _sources.add_scheduler(self)
 
     def stop(self) -> None:
         self._stop.set()
@@ -73,6 +76,7 @@ class Scheduler:
                     failures = 0
                 except alkstore.AlkstoreError as exc:  # e.g. the database restarted
                     failures += 1
+                    self.reconnects += 1
                     wait = min(5.0, 0.1 * 2**failures)
                     log.warning("scheduler tick failed (%s); retrying in %.1fs", exc, wait)
                 self._stop.wait(wait)

@@ -65,6 +65,17 @@ def seconds(text: str) -> float:
     return value
 
 
+def port(text: str) -> int:
+    """An argparse type: a TCP port, 0 (any free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number 0-65535, got {text!r}")
+    return value
+
+
 def masked(url: str) -> str:
     """`url` with its password hidden (help text is for sharing)."""
     try:
@@ -91,6 +102,22 @@ def build() -> Parser:
         "--namespace",
         help=_default("schema / table prefix", "ALKSTORE_NAMESPACE", DEFAULT_NAMESPACE),
     )
+    running = Parser(add_help=False)  # what relay, scheduler and worker share
+    running.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="-v: alkstore's DEBUG lines too (every job, every relay batch); -vv: every "
+        "library's (default: INFO: starts, stops, leadership, retries, dead letters)",
+    )
+    running.add_argument(
+        "--metrics-port",
+        type=port,
+        metavar="PORT",
+        help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics (0: any free port, "
+        "logged); needs alkstore[metrics]",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("migrate", parents=[common], help="create or upgrade alkstore's tables")
     sql = commands.add_parser("sql", parents=[common], help="print the DDL without applying it")
@@ -104,15 +131,15 @@ def build() -> Parser:
     events.add_argument("--batch", type=count(1), default=500, help="tail: events read per page")
     events.add_argument("--queue", help="replay: the subscription's queue")
     events.add_argument("--from", dest="from_position", type=int, help="replay: first position")
-    run = commands.add_parser("relay", parents=[common], help="fan events out into queues")
+    run = commands.add_parser("relay", parents=[common, running], help="fan events out into queues")
     run.add_argument("--batch", type=count(1), default=5_000, help="events per transaction")
     run.add_argument("--lease-ttl", type=seconds, default=3.0, help="failover bound, seconds")
     run.add_argument("--retention", type=seconds, help="prune relayed events older than S seconds")
-    run.add_argument("-v", "--verbose", action="store_true")
     commands.add_parser("status", parents=[common], help="log head, relay lag, queues")
-    sched = commands.add_parser("scheduler", parents=[common], help="fire schedules (standalone)")
+    sched = commands.add_parser(
+        "scheduler", parents=[common, running], help="fire schedules (standalone)"
+    )
     sched.add_argument("--lease-ttl", type=seconds, default=3.0, help="failover bound, seconds")
-    sched.add_argument("-v", "--verbose", action="store_true")
     schedules = commands.add_parser("schedules", parents=[common], help="manage schedules")
     schedules.add_argument("action", choices=["list", "add", "pause", "resume", "remove"])
     schedules.add_argument("name", nargs="?", help="the schedule (all but list)")
@@ -123,10 +150,11 @@ def build() -> Parser:
     schedules.add_argument("--tz", default="UTC", help="add: time zone of the cron expression")
     schedules.add_argument("--catch-up", default="latest", choices=["latest", "all", "none"])
     schedules.add_argument("--key", help="add: the events' key")
-    work = commands.add_parser("worker", parents=[common], help="run handlers: MODULE:WORKER")
+    work = commands.add_parser(
+        "worker", parents=[common, running], help="run handlers: MODULE:WORKER"
+    )
     work.add_argument("target", help="where the relay.Worker is, e.g. myapp.jobs:worker")
     work.add_argument("--queues", help="comma-separated subset of the handlers' queues")
     work.add_argument("--concurrency", type=count(1), help="total handlers running at once")
     work.add_argument("--once", action="store_true", help="drain the queues, then exit")
-    work.add_argument("-v", "--verbose", action="store_true")
     return parser

@@ -12,13 +12,15 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import FrameType
 
 import alkstore
 from relay._relay import Relay
 from relay._scheduler import Scheduler
 from relay.cli._commands import UsageError
+from relay.metrics import serve as serve_metrics
 from relay.worker import Worker
 
 _TARGET = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?::[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)?")
@@ -28,11 +30,30 @@ class LoadError(Exception):
     """The worker module could not be loaded: (exit 2, one line)."""
 
 
-def logs(verbose: bool) -> None:
+def logs(verbosity: int) -> None:
+    """INFO by default (starts, stops, leadership, retries, dead letters); -v: alkstore's
+    DEBUG lines (every job, every relay batch); -vv: every library's DEBUG lines."""
     logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
+        level=logging.DEBUG if verbosity >= 2 else logging.INFO,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    logging.getLogger("alkstore").setLevel(logging.DEBUG if verbosity else logging.INFO)
+
+
+@contextmanager
+def serving_metrics(args: argparse.Namespace) -> Iterator[None]:
+    """`--metrics-port`: serve this process's metrics while the block runs (ADR 0019)."""
+    if args.metrics_port is None:
+        yield
+        return
+    try:
+        server = serve_metrics(args.metrics_port)
+    except alkstore.ConfigurationError as exc:  # no prometheus_client, or a port in use
+        raise UsageError(str(exc)) from None
+    try:
+        yield
+    finally:
+        server.close()
 
 
 def on_signals(stop: Callable[[], None]) -> None:
@@ -57,7 +78,8 @@ def relay(store: alkstore.Store, args: argparse.Namespace) -> int:
     logging.getLogger("alkstore.relay").info(
         "relay starting on %s (namespace %s)", store.engine.name, store.namespace
     )
-    process.run()
+    with serving_metrics(args):
+        process.run()
     return 0
 
 
@@ -65,7 +87,8 @@ def scheduler(store: alkstore.Store, args: argparse.Namespace) -> int:
     logs(args.verbose)
     process = Scheduler(store, lease_ttl=args.lease_ttl)
     on_signals(process.stop)
-    process.run()
+    with serving_metrics(args):
+        process.run()
     return 0
 
 
@@ -124,7 +147,8 @@ def worker(args: argparse.Namespace) -> int:
         process.concurrency = args.concurrency
     queues = args.queues.split(",") if args.queues else None
     on_signals(process.stop)
-    process.run(queues=queues, once=args.once)
+    with serving_metrics(args):
+        process.run(queues=queues, once=args.once)
     return 0
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import alkstore
 from relay.worker import _inflight
+from relay.worker._fields import fields
 
 log = logging.getLogger("alkstore.worker")
 RETRY_AFTER = 0.5  # seconds between tries of a failed flush
@@ -87,17 +88,20 @@ class Acks:
                 lost = set(self._store.queue(name).ack_many(jobs))
             except alkstore.StorageError as exc:
                 log.warning("ack of %d jobs failed (%s); trying again", len(jobs), exc)
+                self._counters.add("reconnect", 1, name)
                 failed.extend(entries)
                 continue
             self._inflight.discard([item for item, _ in entries])
-            self._counters.add("ack", len(jobs) - len(lost))
-            self._counters.add("lease_lost", len(lost))
+            self._counters.add("ack", len(jobs) - len(lost), name)
+            self._counters.add("lease_lost", len(lost), name)
+            if self._counters.timings is not None:  # metrics on (ADR 0019)
+                self._counters.timed(name, [seconds for _, seconds in entries])
             if not (debug or self._reporting()):
                 continue
             for item, seconds in entries:
                 job = item.job
                 kind = "lease_lost" if job.id in lost else "ack"
                 if debug:
-                    log.debug("job %s#%d: %s", job.queue, job.id, kind)
+                    log.debug("job %s#%d: %s", job.queue, job.id, kind, extra=fields(job, kind))
                 self._report(job, kind, seconds)
         return failed

@@ -78,6 +78,7 @@ class Dispatcher:
                     failures = 0
                 except alkstore.StorageError as exc:
                     ctx.slots.give(name, free)
+                    ctx.counters.add("reconnect", 1, name)
                     failures += 1
                     if self._once and failures >= ONCE_ATTEMPTS:
                         log.error("claim on %s failed %d times (%s); ending", name, failures, exc)
@@ -91,7 +92,7 @@ class Dispatcher:
                 now = time.monotonic()
                 items = [_inflight.Running(job, handler, now) for job in jobs]
                 ctx.inflight.add(items)
-                ctx.counters.add("claimed", len(items))
+                ctx.counters.add("claimed", len(items), name)
                 go = [item for item in items if item.job.started]
                 ctx.slots.give(name, free - len(go))
                 for item in go:
@@ -139,7 +140,7 @@ class Dispatcher:
                 continue
             try:
                 item.job.release()
-                ctx.counters.add("returned")  # prefetched, never started
+                ctx.counters.add("returned", 1, item.job.queue)  # prefetched, never started
             except alkstore.AlkstoreError:
                 pass  # its lease will run out instead; no attempt was counted
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 import alkstore
 from relay import _handlers
+from relay.metrics._timings import Timings
 
 Key = tuple[int, int]
 
@@ -96,13 +98,31 @@ class InFlight:
 
 
 class Counters(Counter[str]):
-    """`worker.counters`: read freely; `add` is the only writer, from any thread."""
+    """`worker.counters`: read freely; `add` is the only writer, from any thread.
+
+    `by_queue` keeps the same counts per (queue, name) for the metrics exporter, which
+    reads them when scraped (relay.metrics); `timings`, once it turns them on, the
+    handlers' durations, given a batch at a time (docs/adr/0019)."""
 
     def __init__(self) -> None:
         super().__init__()
         self._lock = threading.Lock()
+        self.by_queue: Counter[tuple[str, str]] = Counter()
+        self.timings: Timings | None = None
 
-    def add(self, name: str, n: int = 1) -> None:
+    def add(self, name: str, n: int = 1, queue: str | None = None) -> None:
         if n:
             with self._lock:
                 self[name] += n
+                if queue is not None:
+                    self.by_queue[queue, name] += n
+
+    def per_queue(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            return dict(self.by_queue)
+
+    def timed(self, queue: str, seconds: Iterable[float]) -> None:
+        """Handler durations (seconds) of jobs of `queue`, when metrics are on."""
+        timings = self.timings
+        if timings is not None:
+            timings.observe(queue, seconds)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 
 import alkstore
@@ -31,6 +32,7 @@ class LeaseKeeper:
         self,
         store: alkstore.Store,
         inflight: _inflight.InFlight,
+        counters: _inflight.Counters,
         *,
         renew: bool,
         on_lost: Callable[[_inflight.Running], None],
@@ -38,6 +40,7 @@ class LeaseKeeper:
     ) -> None:
         self._store = store
         self._inflight = inflight
+        self._counters = counters
         self._renew = renew
         self._on_lost = on_lost
         self._on_timeout = on_timeout
@@ -61,11 +64,17 @@ class LeaseKeeper:
                     lost = renewal.renew([item.job for item in items])
                 except alkstore.StorageError as exc:
                     log.warning("lease renewal of %d jobs failed: %s", len(items), exc)
+                    self._counters.add("reconnect")
                     retry_at = now + RETRY_AFTER
                     continue
+                gone = {_inflight.key(job) for job in lost}
+                renewed: Counter[str] = Counter()
                 for item in items:
                     item.renewed = now
-                gone = {_inflight.key(job) for job in lost}
+                    if item.key not in gone:
+                        renewed[item.job.queue] += 1
+                for queue, n in renewed.items():
+                    self._counters.add("renewed", n, queue)
                 for item in items:
                     if item.key in gone and not item.abandoned:
                         self._on_lost(item)

@@ -16,8 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 import alkstore
-from relay import _handlers
+from relay import _handlers, _tracing
 from relay.worker import _acks, _inflight, _slots
+from relay.worker._fields import fields
 
 log = logging.getLogger("alkstore.worker")
 Outcome = tuple[str, float | None, str]  # (ack | retry | fail | poison | unknown, delay, reason)
@@ -45,17 +46,23 @@ class Outcomes:
     def run_sync(self, item: _inflight.Running) -> None:
         started = time.monotonic()
         job = item.job
+        span = _tracing.start(job)  # a span when OpenTelemetry records (ADR 0019)
+        error: BaseException | None = None
         try:
             _handlers.decode_into(job, item.handler.payload_type)
             item.handler.fn(job)
             outcome: Outcome = ("ack", None, "")
         except BaseException as exc:  # every ending becomes an outcome; the thread lives on
-            outcome = classify(exc)
+            outcome, error = classify(exc), exc
+        if span is not None:
+            span.end(outcome[0], outcome[2], error)
         self.complete(item, outcome, started)
 
     async def run_async(self, item: _inflight.Running) -> None:
         started = time.monotonic()
         job, handler = item.job, item.handler
+        span = _tracing.start(job)  # attached to this task's context
+        error: BaseException | None = None
         scope: asyncio.Timeout | None = None
         try:
             _handlers.decode_into(job, handler.payload_type)
@@ -69,8 +76,11 @@ class Outcomes:
                 outcome = ("timeout", None, f"timed out after {handler.timeout}s")
             else:
                 outcome = classify(exc)
+            error = exc
         except BaseException as exc:  # CancelledError included: the slot must be freed
-            outcome = classify(exc)
+            outcome, error = classify(exc), exc
+        if span is not None:
+            span.end(outcome[0], outcome[2], error)
         await asyncio.to_thread(self.complete, item, outcome, started)
 
     def complete(self, item: _inflight.Running, outcome: Outcome, started: float) -> None:
@@ -91,11 +101,12 @@ class Outcomes:
                 return
             self._inflight.pop(job)
             kind = self.record(job, kind, delay, reason)
-            self._counters.add(kind)
+            self._counters.add(kind, 1, job.queue)
+            self._counters.timed(job.queue, (seconds,))
             self._report(job, kind, seconds)
         except Exception:  # never lose the slot, whatever went wrong
             log.exception("job %s#%d: settling its outcome failed", job.queue, job.id)
-            self._counters.add("error")
+            self._counters.add("error", 1, job.queue)
         finally:
             self._slots.give(job.queue)
 
@@ -108,7 +119,13 @@ class Outcomes:
                 age = self._store.now() - job.enqueued_at.timestamp()
                 if age < self._grace:  # a producer may be newer than this worker: wait
                     job.release(delay=min(30.0, max(1.0, self._grace / 10)))
-                    log.warning("job %s#%d: %s; trying again later", job.queue, job.id, reason)
+                    log.warning(
+                        "job %s#%d: %s; trying again later",
+                        job.queue,
+                        job.id,
+                        reason,
+                        extra=fields(job, "unknown_type", reason),
+                    )
                     return "unknown_type"
                 kind = "poison"
                 reason = f"payload does not decode: {reason} (still after {self._grace:g}s)"
@@ -130,7 +147,7 @@ class Outcomes:
                 return kind
             if kind in ("retry", "timeout"):
                 job.retry(error=reason)  # the last attempt: moves it to the dead letters
-                self._counters.add("dead")
+                self._counters.add("dead", 1, job.queue)
             else:
                 job.fail(reason)
             log.error(
@@ -145,22 +162,15 @@ class Outcomes:
         except alkstore.LeaseLost:
             return "lease_lost"
         except alkstore.AlkstoreError as exc:
-            log.warning("job %s#%d: could not record %s (%s)", job.queue, job.id, kind, exc)
+            log.warning(
+                "job %s#%d: could not record %s (%s)",
+                job.queue,
+                job.id,
+                kind,
+                exc,
+                extra=fields(job, "error", str(exc)),
+            )
             return "error"
-
-
-def fields(job: alkstore.Job[Any], outcome: str, reason: str = "") -> dict[str, Any]:
-    """Structured fields on every per-job log record (`record.alkstore`)."""
-    return {
-        "alkstore": {
-            "queue": job.queue,
-            "job_id": job.id,
-            "attempt": job.attempt,
-            "max_attempts": job.max_attempts,
-            "outcome": outcome,
-            "reason": reason,
-        }
-    }
 
 
 def classify(exc: BaseException) -> Outcome:

@@ -13,7 +13,8 @@ from typing import Any, TypeVar
 
 import alkstore
 from relay import _checks, _handlers
-from relay.worker import _acks, _dispatch, _inflight, _leases, _outcomes, _slots
+from relay.metrics import _sources
+from relay.worker import _acks, _dispatch, _fields, _inflight, _leases, _outcomes, _slots
 
 log = logging.getLogger("alkstore.worker")
 F = TypeVar("F", bound=Callable[..., object])
@@ -62,6 +63,7 @@ class Worker:
         self._crash: BaseException | None = None
         self._inflight = _inflight.InFlight()
         self._running = threading.Lock()  # held by run()
+        _sources.add_worker(self)  # what relay.metrics reads when scraped (ADR 0019)
 
     @property
     def concurrency(self) -> int:
@@ -145,6 +147,7 @@ class Worker:
         keeper = _leases.LeaseKeeper(
             self.store,
             inflight,
+            self.counters,
             renew=self.renew,
             on_lost=self._lost,
             on_timeout=lambda item, ran: self._timed_out(outcomes, item, ran),
@@ -213,8 +216,13 @@ class Worker:
             self._inflight.pop(item.job)
         if item.task is not None:
             item.task.cancel()  # an async handler: its result would be ignored anyway
-        self.counters.add("lease_lost")
-        log.warning("job %s#%d: lease lost", item.job.queue, item.job.id)
+        self.counters.add("lease_lost", 1, item.job.queue)
+        log.warning(
+            "job %s#%d: lease lost",
+            item.job.queue,
+            item.job.id,
+            extra=_fields.fields(item.job, "lease_lost"),
+        )
 
     def _timed_out(self, outcomes: _outcomes.Outcomes, item: _inflight.Running, ran: float) -> None:
         """A sync handler past its timeout: its thread runs on, its result is ignored."""
@@ -225,7 +233,8 @@ class Worker:
         self._inflight.pop(item.job)
         job = item.job
         kind = outcomes.record(job, "timeout", None, f"timed out after {item.handler.timeout}s")
-        self.counters.add(kind)
+        self.counters.add(kind, 1, job.queue)
+        self.counters.timed(job.queue, (ran,))
         self._report(job, kind, ran)
 
     def _maintain(self) -> None:
@@ -254,7 +263,7 @@ class Worker:
                 continue  # its ack is being flushed
             try:
                 item.job.release()  # an attempt that started does not count
-                self.counters.add("released")
+                self.counters.add("released", 1, item.job.queue)
             except alkstore.AlkstoreError:
                 pass
         self._done.set()
