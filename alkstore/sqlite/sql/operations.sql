@@ -2,9 +2,9 @@
 -- queues.md). None of it is on a hot path; the claim's only part is queue_open below.
 
 -- name: queue_open_fragment
--- The queue is not paused: one probe of the queues table's primary key. The claim reads
--- it once per statement, in top_priority (queues.sql), where a paused queue has no top
--- level, so the claim reads no job; next_due reads it once too.
+-- The queue is not paused (1, else 0): one probe of the queues table's primary key. The
+-- claim reads it once per statement, as the LIMIT of top_priority (queues.sql), where a
+-- paused queue has no top level, so the claim reads no job; next_due reads it once too.
 NOT EXISTS (SELECT 1 FROM {ns}__queues WHERE name = :queue AND paused)
 
 -- name: job_state_fragment

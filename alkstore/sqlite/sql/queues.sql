@@ -92,9 +92,10 @@ RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lea
 
 -- name: top_priority_fragment
 -- The highest priority of the queue's jobs (NULL: none): the first entry of the claim index.
--- NULL too while the queue is paused (operations.sql): then a claim reads no job.
-(SELECT priority FROM {ns}__jobs WHERE queue = :queue AND {queue_open}
- ORDER BY priority DESC LIMIT 1)
+-- NULL too while the queue is paused (operations.sql): then a claim reads no job. (In the
+-- LIMIT, read once before the index is: SQLite tests a sub-select in WHERE on every row.)
+(SELECT priority FROM {ns}__jobs WHERE queue = :queue
+ ORDER BY priority DESC LIMIT ({queue_open}))
 
 -- name: next_due
 -- Milliseconds from now until the queue's next job falls due (<= 0: one is due now; NULL:
