@@ -100,9 +100,7 @@ class DeadLetters:
             after = rows[-1][0]
         return found[:limit]
 
-    def count_dead(
-        self, *, since: datetime | float | None = None, error: str | None = None
-    ) -> int:
+    def count_dead(self, *, since: datetime | float | None = None, error: str | None = None) -> int:
         """How many dead letters `dead_letters(since=..., error=...)` would list in all."""
         match = pattern(error)
         since_ms = self._since(since)

@@ -222,7 +222,9 @@ class DeadLetter:
 
     @property
     def last_error(self) -> str:
-        return self.reason
+        """Why it died (its reason), as `JobInfo.last_error`."""
+        reason: str = self.reason
+        return reason
 
     def __repr__(self) -> str:
         return f"<DeadLetter {self.queue}#{self.id} {self.reason!r}>"
