@@ -197,8 +197,8 @@ class JobRunning(QueueError):
     def __init__(self, job_id: int, operation: str) -> None:
         self.job_id = job_id
         self.operation = operation
-        hint = " (force=True, --force: delete it anyway)" if operation == "cancel" else ""
-        super().__init__(
-            f"cannot {operation} job {job_id}: a worker is running it; its handler would "
-            f"go on{hint}"
-        )
+        if operation == "cancel":
+            why = "its handler would go on (force=True or --force deletes it anyway)"
+        else:
+            why = "its handler's outcome decides what comes next"
+        super().__init__(f"cannot {operation} job {job_id}: a worker is running it; {why}")
