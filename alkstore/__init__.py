@@ -15,6 +15,8 @@ from alkstore._errors import (
     InvalidName,
     InvalidPayload,
     InvalidURL,
+    JobNotFound,
+    JobRunning,
     LeaseLost,
     NotInTransaction,
     NotMigrated,
@@ -26,8 +28,9 @@ from alkstore._errors import (
     UnknownEventType,
 )
 from alkstore._events import Event
-from alkstore._jobs import Attempt, DeadLetter, Job, QueueStats, SweepResult
+from alkstore._jobs import Attempt, DeadLetter, Job, JobInfo, QueueStats, SweepResult
 from alkstore._leases import Renewal
+from alkstore._ops import QueueInfo
 from alkstore._queue import Queue, QueueConfig
 from alkstore._routing import Holdup, Lag, Lease, NotLeader, Replay, Status, Subscription
 from alkstore._schedules import Schedule, Schedules
@@ -54,6 +57,9 @@ __all__ = [
     "InvalidPayload",
     "InvalidURL",
     "Job",
+    "JobInfo",
+    "JobNotFound",
+    "JobRunning",
     "JobSpec",
     "Lag",
     "Lease",
@@ -69,6 +75,7 @@ __all__ = [
     "Queue",
     "QueueConfig",
     "QueueError",
+    "QueueInfo",
     "QueueStats",
     "Renewal",
     "Replay",

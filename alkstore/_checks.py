@@ -14,6 +14,7 @@ from alkstore import _errors, _events
 INT32 = 2**31 - 1
 DEFAULT_MAX_PAYLOAD = 1_048_576
 """Bytes of encoded JSON a payload may have, events and jobs alike (docs/adr/0003)."""
+DEFAULT_VISIBILITY = 30.0  # seconds: a queue's lease length until it configures one
 
 
 def seconds(name: str, value: object, *, positive: bool = False) -> float:

@@ -174,3 +174,31 @@ class PayloadTooLarge(InvalidPayload, QueueError, ValueError):
             "max_payload_bytes=N on alkstore.connect, or on alkstore.append for your own "
             "connection; the same in every process)",
         )
+
+
+class JobNotFound(QueueError):
+    """No live job with this id in this queue (it finished, was cancelled, or is dead)."""
+
+    def __init__(self, job_id: int, queue: str | None = None, *, dead: bool = False) -> None:
+        self.job_id = job_id
+        self.queue = queue
+        self.dead = dead
+        where = "" if queue is None else f" in queue {queue!r}"
+        if dead:
+            message = f"job {job_id} is a dead letter{where}: requeue it first (dlq requeue)"
+        else:
+            message = f"no live job {job_id}{where}"
+        super().__init__(message)
+
+
+class JobRunning(QueueError):
+    """The job is leased by a worker: an operator's change would race its handler."""
+
+    def __init__(self, job_id: int, operation: str) -> None:
+        self.job_id = job_id
+        self.operation = operation
+        if operation == "cancel":
+            why = "its handler would go on (force=True or --force deletes it anyway)"
+        else:
+            why = "its handler's outcome decides what comes next"
+        super().__init__(f"cannot {operation} job {job_id}: a worker is running it; {why}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import msgspec
 
@@ -112,6 +112,11 @@ class Job(Generic[T]):
         value: T = decode_payload(self.type, self.raw)
         return value
 
+    @cached_property
+    def raw_payload(self) -> Any:
+        """The stored JSON as Python builtins: readable without the event's class."""
+        return _any_json.decode(self.raw)
+
     @property
     def progress(self) -> Any:
         """The progress stored by the last heartbeat (None if none)."""
@@ -202,12 +207,145 @@ class DeadLetter:
         except msgspec.DecodeError:
             self.history = []
 
+    state: ClassVar[str] = "dead"
+
     @cached_property
     def payload(self) -> Any:
+        """The payload, decoded (an Event for event jobs: UnknownEventType without its
+        class; `raw_payload` reads it anyway)."""
         return decode_payload(self.type, self.raw)
+
+    @cached_property
+    def raw_payload(self) -> Any:
+        """The stored JSON as Python builtins: readable without the event's class."""
+        return _any_json.decode(self.raw)
+
+    @property
+    def last_error(self) -> str:
+        """Why it died (its reason), as `JobInfo.last_error`."""
+        reason: str = self.reason
+        return reason
 
     def __repr__(self) -> str:
         return f"<DeadLetter {self.queue}#{self.id} {self.reason!r}>"
+
+
+class JobInfo(msgspec.Struct, frozen=True, kw_only=True, dict=True):
+    """A live job as an operator sees it (`Queue.jobs`, `Queue.get`, `Store.job`): a
+    snapshot, with no lease of its own.
+
+    `state`: "ready" (claimable now), "scheduled" (its run time is ahead: delayed or
+    waiting out a retry's backoff), "running" (leased by a worker) or "expired" (past
+    `expires` before its first claim, or out of attempts: the next sweep dead-letters
+    it). `visible_at`: a waiting job's run time, a running job's lease end."""
+
+    id: int
+    queue: str
+    state: str
+    priority: int
+    attempts: int
+    max_attempts: int
+    enqueued_at: datetime
+    visible_at: datetime
+    expires_at: datetime | None
+    dedupe_key: str | None
+    type: str | None
+    key: str | None
+    position: int | None
+    headers: dict[str, str]
+    raw: str
+    history: list[Attempt]
+    progress: Any = None
+
+    @property
+    def last_error(self) -> str | None:
+        """The error of the last ended attempt (None before any)."""
+        return self.history[-1].error if self.history else None
+
+    @cached_property
+    def payload(self) -> Any:
+        """The payload, decoded (an Event for event jobs: UnknownEventType without its
+        class; `raw_payload` reads it anyway)."""
+        return decode_payload(self.type, self.raw)
+
+    @cached_property
+    def raw_payload(self) -> Any:
+        """The stored JSON as Python builtins: readable without the event's class."""
+        return _any_json.decode(self.raw)
+
+
+def job_info(row: tuple[Any, ...]) -> JobInfo:
+    """A JobInfo from a row of `jobs_list` / `job_get` (whatever its stored parts hold)."""
+    (
+        job_id,
+        queue,
+        state,
+        priority,
+        attempts,
+        max_attempts,
+        enqueued_at,
+        visible_at,
+        expires_at,
+        dedupe_key,
+        type_name,
+        key,
+        position,
+        headers,
+        raw,
+        progress,
+        history,
+    ) = row[:17]
+    try:
+        decoded_headers = _events.codec.decode_headers(headers)
+    except _errors.EventError:
+        decoded_headers = {}
+    try:
+        attempts_history = _history.decode(history)
+    except msgspec.DecodeError:
+        attempts_history = []
+    return JobInfo(
+        id=job_id,
+        queue=queue,
+        state=state,
+        priority=priority,
+        attempts=attempts,
+        max_attempts=max_attempts,
+        enqueued_at=from_ms(enqueued_at),
+        visible_at=from_ms(visible_at),
+        expires_at=None if expires_at is None else from_ms(expires_at),
+        dedupe_key=dedupe_key,
+        type=type_name,
+        key=key,
+        position=position,
+        headers=decoded_headers,
+        raw=raw if isinstance(raw, str) else bytes(raw).decode(),
+        history=attempts_history,
+        progress=_any_json.decode(progress) if progress else None,
+    )
+
+
+def dead_letter(row: tuple[Any, ...]) -> DeadLetter:
+    """A DeadLetter from a row of `job_get` (the dead half of the union)."""
+    job_id, queue, _, priority, attempts, max_attempts, enqueued_at = row[:7]
+    type_name, key, position, headers, raw, _, history, reason, died_at = row[10:19]
+    return DeadLetter(
+        (
+            job_id,
+            queue,
+            priority,
+            enqueued_at,
+            attempts,
+            max_attempts,
+            type_name,
+            key,
+            position,
+            headers,
+            raw,
+            history,
+            reason,
+            died_at,
+        )
+    )
 
 
 class QueueStats(msgspec.Struct, frozen=True):

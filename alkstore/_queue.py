@@ -24,13 +24,14 @@ from alkstore import (
     _errors,
     _events,
     _jobs,
+    _ops,
     _sql,
     _tracing,
     observe,
 )
 
 DEFAULT_MAX_ATTEMPTS = _sql.DEFAULT_MAX_ATTEMPTS  # one value, the SQL's too
-DEFAULT_VISIBILITY = 30.0
+DEFAULT_VISIBILITY = _checks.DEFAULT_VISIBILITY
 DEFAULT_MAX_PAYLOAD = _checks.DEFAULT_MAX_PAYLOAD
 CONFIG_TTL = 5.0  # seconds a Queue object trusts the stored defaults it read
 EXHAUSTED_EVERY = 1.0  # seconds between claim_many's looks for exhausted jobs to bury
@@ -163,8 +164,11 @@ def check_duplicate(
     raise _errors.DuplicateJob(params["queue"], params["dedupe_key"])
 
 
-class Queue:
-    """A durable named queue. Get one with `store.queue(name)`."""
+class Queue(_ops.Operations):
+    """A durable named queue. Get one with `store.queue(name)`. Its operator's half (info,
+    jobs, get, cancel, retry, pause, resume, purge, dead letters) is in _ops and _dead."""
+
+    _rt: Runtime
 
     def __init__(self, runtime: Runtime, name: str) -> None:
         self.name = _config.check_name("queue", name)
@@ -427,51 +431,7 @@ class Queue:
         encoded = None if progress is None else _events.codec.encode_value(progress)
         self._checked(job, "heartbeat", "heartbeat", lease_ms=lease, progress=encoded)
 
-    # -- dead letters and stats ------------------------------------------------------
-
-    def dead_letters(self, limit: int = 100, after: int = 0) -> list[_jobs.DeadLetter]:
-        """Dead letters of this queue in id order, `limit` at a time after id `after`."""
-        params = {"queue": self.name, "after": after, "limit": _whole("limit", limit, 1)}
-        return [_jobs.DeadLetter(row) for row in self._engine.run("dead_letters", params)]
-
-    def requeue(self, ids: Iterable[int] | None = None, *, reset_attempts: bool = True) -> int:
-        """Move dead letters (all when ids is None) back into the queue, visible now.
-
-        A dead letter whose dedupe key is held by a live job stays dead. Returns the count.
-        """
-        params = {
-            **self._ids(ids),
-            "queue": self.name,
-            "now": self._rt.now_param(),
-            "reset": bool(reset_attempts),
-        }
-        count = len(self._engine.run("requeue", params))
-        if count:
-            self._engine.committed()
-        return count
-
-    def purge_dead(
-        self, ids: Iterable[int] | Literal["all"] | None = None, *, older_than: float | None = None
-    ) -> int:
-        """Delete dead letters: the given ids, "all", and/or those older than N seconds."""
-        if ids is None and older_than is None:
-            raise _errors.InvalidArgument('purge_dead needs ids (or "all") or older_than')
-        older_ms = None
-        if older_than is not None:
-            older_ms = int(seconds("older_than", older_than) * 1000)
-        params = {**self._ids(None if ids in (None, "all") else ids), "older_ms": older_ms}
-        params["queue"] = self.name
-        params["now"] = self._rt.now_param()
-        return len(self._engine.run("purge_dead", params))
-
-    @staticmethod
-    def _ids(ids: Iterable[int] | str | None) -> dict[str, Any]:
-        if ids is None:
-            return {"all": True, "ids": "[]"}
-        values = list(ids)
-        for value in values:
-            _whole("id", value, 1, 2**63 - 1)
-        return {"all": False, "ids": _encode(values).decode()}
+    # -- stats ---------------------------------------------------------------------
 
     def stats(self) -> _jobs.QueueStats:
         ready, scheduled, active, dead, oldest_ms = self._engine.run(

@@ -18,6 +18,7 @@ from alkstore import (
     _firing,
     _jobs,
     _leases,
+    _ops,
     _queue,
     _routing,
     _schedules,
@@ -227,6 +228,15 @@ class Store:
     def queue(self, name: str) -> _queue.Queue:
         """The durable queue `name` (created on first enqueue; configure with `.configure`)."""
         return _queue.Queue(self._runtime, name)
+
+    def queues(self) -> list[_ops.QueueInfo]:
+        """Every queue with its counts and pause flag, in name order: declared, subscribed,
+        or reached only by `tx.enqueue` or dead letters (docs/adr/0017)."""
+        return _ops.queues(self._engine, self._runtime.now_param())
+
+    def job(self, job_id: int) -> _jobs.JobInfo | _jobs.DeadLetter | None:
+        """A job by id, whatever its queue: live (JobInfo), dead (DeadLetter) or None."""
+        return _ops.find(self._engine, self._runtime.now_param(), job_id)
 
     # -- routing (the relay's storage half) --------------------------------------
 

@@ -157,4 +157,7 @@ def build() -> Parser:
     work.add_argument("--queues", help="comma-separated subset of the handlers' queues")
     work.add_argument("--concurrency", type=count(1), help="total handlers running at once")
     work.add_argument("--once", action="store_true", help="drain the queues, then exit")
+    from relay.cli import _ops  # queues, jobs, dlq (it imports this module's helpers)
+
+    _ops.add_parsers(commands, common)
     return parser

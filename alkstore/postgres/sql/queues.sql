@@ -109,7 +109,8 @@ RETURNING j.id, j.queue, j.priority, j.claimed_for, j.attempts, j.max_attempts, 
 
 -- name: top_priority_fragment
 -- The highest priority of the queue's jobs (NULL: none): the first entry of the claim index.
-(SELECT priority FROM {ns}.jobs WHERE queue = (SELECT %(queue)s::text)
+-- NULL too while the queue is paused (operations.sql): then a claim reads no job.
+(SELECT priority FROM {ns}.jobs WHERE queue = (SELECT %(queue)s::text) AND {queue_open}
  ORDER BY priority DESC LIMIT 1)
 
 -- name: next_due
@@ -119,9 +120,10 @@ RETURNING j.id, j.queue, j.priority, j.claimed_for, j.attempts, j.max_attempts, 
 -- been up for the lease's length (the claim's rule). Jobs that can never be claimed
 -- (exhausted, or expiring before they become visible) wait for nothing. One probe of the
 -- claim index per priority level, at most %(levels)s of them: `more` says that further
--- levels were left out.
+-- levels were left out. A paused queue has no top level: nothing waits.
 WITH RECURSIVE levels (priority, n) AS (
-    (SELECT priority, 1 FROM {ns}.jobs WHERE queue = %(queue)s ORDER BY priority DESC LIMIT 1)
+    (SELECT priority, 1 FROM {ns}.jobs WHERE queue = %(queue)s AND {queue_open}
+     ORDER BY priority DESC LIMIT 1)
     UNION ALL
     SELECT (SELECT j.priority FROM {ns}.jobs AS j
             WHERE j.queue = %(queue)s AND j.priority < l.priority

@@ -92,7 +92,10 @@ RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lea
 
 -- name: top_priority_fragment
 -- The highest priority of the queue's jobs (NULL: none): the first entry of the claim index.
-(SELECT priority FROM {ns}__jobs WHERE queue = :queue ORDER BY priority DESC LIMIT 1)
+-- NULL too while the queue is paused (operations.sql): then a claim reads no job. (In the
+-- LIMIT, read once before the index is: SQLite tests a sub-select in WHERE on every row.)
+(SELECT priority FROM {ns}__jobs WHERE queue = :queue
+ ORDER BY priority DESC LIMIT ({queue_open}))
 
 -- name: next_due
 -- Milliseconds from now until the queue's next job falls due (<= 0: one is due now; NULL:
@@ -100,10 +103,9 @@ RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lea
 -- or retried job, and a leased one when its lease runs out, at visible_at. Jobs that can
 -- never be claimed (exhausted, or expiring before they become visible) wait for nothing.
 -- One probe of the claim index per priority level, at most :levels of them: `more` says
--- that further levels were left out.
+-- that further levels were left out. A paused queue has no top level: nothing waits.
 WITH RECURSIVE levels (priority, n) AS (
-    SELECT (SELECT priority FROM {ns}__jobs WHERE queue = :queue ORDER BY priority DESC LIMIT 1),
-           1
+    SELECT {top_priority}, 1
     UNION ALL
     SELECT (SELECT j.priority FROM {ns}__jobs AS j
             WHERE j.queue = :queue AND j.priority < l.priority
