@@ -120,6 +120,7 @@ class Connection(psycopg.Connection[TupleRow]):
         self._alk_unsure = False  # an exchange was interrupted: the pool drops us
         self._alk_prepared: set[bytes] = set()  # our statements that exist in the session
         self._alk_watched = False  # our cursor runs a statement: statement_ran sees its tag
+        self.unnamed = False  # behind a pooler: no prepared statements (docs/adr/0020)
 
     @property
     def reusable(self) -> bool:
@@ -187,12 +188,13 @@ class Connection(psycopg.Connection[TupleRow]):
 
     def _alk_pipeline(self, name: bytes, query: bytes) -> Any:
         """Enter pipeline mode (once per transaction) and queue the preparation of `name`
-        unless this connection has it; returns the libpq connection."""
+        unless this connection has it (or sends unnamed statements); returns the libpq
+        connection."""
         pgconn = self.pgconn
         if not self._alk_in_flight:
             pgconn.enter_pipeline_mode()
             self._alk_in_flight = True
-        if name not in self._alk_prepared:
+        if not self.unnamed and name not in self._alk_prepared:
             pgconn.send_close_prepared(name)  # not an error when it does not exist
             pgconn.send_prepare(name, query)
             self._alk_prepared.add(name)
@@ -202,8 +204,14 @@ class Connection(psycopg.Connection[TupleRow]):
         """Queue the INSERTs of `rows`; they go out, in order, with whatever comes next.
 
         libpq sends its buffer on its own once it grows large; otherwise the next
-        settle or COMMIT flushes it, so a lone append costs no extra write."""
+        settle or COMMIT flushes it, so a lone append costs no extra write. Unnamed
+        (behind a pooler, where a statement prepared in one transaction may be missing
+        in the next): each INSERT is parsed with its Bind, still pipelined."""
         pgconn = self._alk_pipeline(name, query)
+        if self.unnamed:
+            for row in rows:
+                pgconn.send_query_params(query, [None if v is None else v.encode() for v in row])
+            return
         for row in rows:
             pgconn.send_query_prepared(name, [None if v is None else v.encode() for v in row])
 

@@ -18,10 +18,9 @@ from contextlib import contextmanager
 from typing import Any, Literal, LiteralString
 
 import psycopg
-import tenacity
 
 from alkstore import _engine, _errors, _events, _sql, _wake
-from alkstore.postgres import _conn, _notify, _owned, _pool, _prepared
+from alkstore.postgres import _conn, _listen, _notify, _owned, _pool, _prepared, _session
 
 log = logging.getLogger("alkstore.postgres")
 
@@ -33,27 +32,10 @@ BULK_MIN = 32  # jobs from which insert_jobs (COPY) beats one INSERT per job (do
 # small scans it whole once it is not (bulk_start's key lookup took 11 ms, not 0.3).
 CUSTOM = frozenset({"bulk_start"})
 PREPARED = ("enqueue", "enqueue_dedupe")  # hot one-statement queries run on libpq (_prepared)
-LISTEN_POLL = 0.25  # seconds: how often the listener thread checks for close()
 CLOSE_WAIT = 2.0  # seconds close() waits for the notifier's last NOTIFY and the listener
 
 translate = _conn.translate
 _translated = _conn.translated
-
-
-def _configure(conn: psycopg.Connection[Any]) -> None:
-    """Pool connections run READ COMMITTED whatever the database default is: the
-    sequencer relies on each statement seeing everything committed before it."""
-    conn.execute("SET default_transaction_isolation TO 'read committed'")
-
-
-def connect_probe(url: str, connect_timeout: float = _pool.DEFAULT_CONNECT_TIMEOUT) -> None:
-    """Fail fast with the server's reason when the database cannot be reached, and
-    within about `connect_timeout` seconds when it does not answer (a URL's own
-    `connect_timeout` wins)."""
-    try:
-        psycopg.connect(_pool.conninfo(url, connect_timeout)).close()
-    except psycopg.Error as exc:
-        raise _errors.StorageError(f"cannot connect to PostgreSQL: {exc}") from exc
 
 
 class PostgresEngine:
@@ -66,24 +48,50 @@ class PostgresEngine:
         *,
         pool_size: int = 10,
         connect_timeout: float = _pool.DEFAULT_CONNECT_TIMEOUT,
+        pooler: bool | None = None,
+        listen_url: str | None = None,
     ) -> None:
         """`connect_timeout` (seconds) bounds every connection attempt of the pool, the
-        notifier and the listener; a `connect_timeout` in the URL wins."""
+        notifier and the listener; a `connect_timeout` in the URL wins. `pooler`: the URL
+        goes through a connection pooler in transaction mode (None: the URL's `pooler=`
+        parameter, else detected); `listen_url`: a direct URL for LISTEN (docs/adr/0020)."""
+        url, url_pooler = _pool.split_pooler(url)
         # the connect timeout and TCP keepalives for every connection we open
         self._conninfo = _pool.conninfo(url, connect_timeout)
-        connect_probe(self._conninfo)
-        self._url = self._conninfo  # what the reserved (lease renewal) connection opens
         self._namespace = namespace
         self._q = _sql.queries(_PACKAGE, namespace)
+        server = _session.probe(self._conninfo, self._q["session_probe"])
+        self.pooler = next(v for v in (pooler, url_pooler, server.pooled) if v is not None)
+        """True: behind a connection pooler; nothing is left on a session (docs/adr/0020)."""
+        if self.pooler:
+            _session.check_pooled(server)
+        if listen_url is not None:
+            listen_conninfo: str | None = _pool.conninfo(
+                _pool.split_pooler(listen_url)[0], connect_timeout
+            )
+        else:
+            listen_conninfo = None if self.pooler else self._conninfo
+        self._sessions = _session.Sessions(self.pooler, self._q["read_committed"])
+        self._url = self._conninfo  # what the reserved (lease renewal) connection opens
         self._append_name = f"_alkstore_append_{namespace}".encode()
         self._append_sql = self._q["append_event"].encode()
-        self._prepared = _prepared.statements(self._q, PREPARED, namespace)
+        self._prepared = (
+            {} if self.pooler else _prepared.statements(self._q, PREPARED, namespace)
+        )
         self.bulk_min = BULK_MIN
         self.copy_min = COPY_EVENTS_MIN
         # at least 2: the sweep holds one connection while using another
-        self._pool = _pool.Pool(self._conninfo, max(2, pool_size), _configure)
+        self._pool = _pool.Pool(self._conninfo, max(2, pool_size), self._sessions.configure)
         self._wake = _wake.Wake()
         self._closed = threading.Event()
+        self._listening = _listen.Listening(
+            listen_conninfo,
+            self._conninfo,
+            self._q["listen"],
+            self._q["listen_probe"],
+            self._wake,
+            self._closed,
+        )
         self._listener: threading.Thread | None = None
         self._lock = threading.Lock()
         self._in_tx = threading.local()  # .open: a store transaction on this thread
@@ -112,10 +120,7 @@ class PostgresEngine:
         if self._listener is None:
             with self._lock:
                 if self._listener is None:
-                    self._listener = threading.Thread(
-                        target=self._listen, name="alkstore-pg-listen", daemon=True
-                    )
-                    self._listener.start()
+                    self._listener = _listen.start(self._listening.run)
         return self._wake
 
     @contextmanager
@@ -346,7 +351,7 @@ class PostgresEngine:
             return int(row[0])
 
     def reserved(self) -> _Reserved:
-        return _Reserved(self._url, self._q, self._closed)
+        return _Reserved(self._url, self._q, self._closed, self._sessions)
 
     @contextmanager
     def sweep_lock(self, now_ms: int | None) -> Iterator[bool]:
@@ -372,31 +377,6 @@ class PostgresEngine:
 
     # -- wake ------------------------------------------------------------------------
 
-    def _listen(self) -> None:
-        """LISTEN on the namespace channel; fire the wake on every notification."""
-        wait = tenacity.wait_random_exponential(multiplier=0.05, max=5)
-        trouble = _wake.Trouble("PostgreSQL LISTEN")
-        attempt = 0
-        while not self._closed.is_set():
-            try:
-                with psycopg.connect(self._conninfo, autocommit=True) as conn:
-                    conn.execute(self._q["listen"])
-                    attempt = 0
-                    trouble.recovered()
-                    self._wake.fire()  # anything may have happened while we were away
-                    while not self._closed.is_set():
-                        for _ in conn.notifies(timeout=LISTEN_POLL):
-                            self._wake.fire()
-            except psycopg.Error as exc:
-                attempt += 1
-                self._wake.fire()
-                delay = wait(_retry_state(attempt))
-                if not self._closed.is_set():
-                    trouble.failed(
-                        exc, f"reconnecting in {delay:.2f} s; consumers re-poll meanwhile"
-                    )
-                self._closed.wait(delay)
-
     def close(self) -> None:
         """Stop the threads and close idle connections, in at most about CLOSE_WAIT s.
 
@@ -416,10 +396,17 @@ class _Reserved:
     """A connection of its own, outside the pool: lease renewal never waits for one the
     application's handlers hold (ADR 0012). Connects on first use and after a failure."""
 
-    def __init__(self, url: str, queries: dict[str, LiteralString], closed: threading.Event):
+    def __init__(
+        self,
+        url: str,
+        queries: dict[str, LiteralString],
+        closed: threading.Event,
+        sessions: _session.Sessions,
+    ):
         self._url = url
         self._q = queries
         self._closed = closed
+        self._sessions = sessions
         self._conn: psycopg.Connection[Any] | None = None
 
     def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -428,7 +415,7 @@ class _Reserved:
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = psycopg.connect(self._url, autocommit=True)  # timeout: conninfo
-                _configure(self._conn)
+                self._sessions.configure(self._conn)
             cursor = self._conn.execute(self._q[name], params)
             return cursor.fetchall() if cursor.description else []
         except psycopg.Error as exc:
@@ -441,9 +428,3 @@ class _Reserved:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-
-
-def _retry_state(attempt: int) -> tenacity.RetryCallState:
-    state = tenacity.RetryCallState(tenacity.Retrying(), None, (), {})
-    state.attempt_number = attempt
-    return state
