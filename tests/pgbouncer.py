@@ -6,7 +6,9 @@ Pools (databases in PgBouncer's terms), all on the session's test database:
   statement that depends on its session (a prepared statement, a SET) meets another
   server connection soon;
 - `single`: one server connection, shared by every client in turn: a session setting
-  one client leaves behind is what the next client gets.
+  one client leaves behind is what the next client gets;
+- `probe`: the same, for a test that LISTENs through the pooler on purpose (the LISTEN
+  stays on that server connection).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class PgBouncer:
         pools = {
             self.dbname: f"{server} pool_size=4",
             "single": f"{server} pool_size=1",
+            "probe": f"{server} pool_size=1",
             **{name: f"{server} {extra}" for name, extra in (extra_pools or {}).items()},
         }
         lines = ["[databases]", *(f"{name} = {spec}" for name, spec in pools.items())]
