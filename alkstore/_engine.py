@@ -8,7 +8,7 @@ and relay) is written once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from functools import cached_property
@@ -96,6 +96,11 @@ class Engine(Protocol):
 
     def ddl(self, *, pending_only: bool) -> str:
         """The DDL `migrate()` would run (all of it, or only what is pending: "" if none)."""
+        ...
+
+    def grants(self, roles: Mapping[str, str]) -> str:
+        """The GRANTs that give each role (part -> role name) what its part needs
+        (PostgreSQL; SQLite has no roles: InvalidArgument). docs/adr/0020."""
         ...
 
     def transaction(self) -> AbstractContextManager[Any]:

@@ -312,6 +312,21 @@ class Store:
         pending_only=True, only what this database still needs ("" when up to date)."""
         return self._engine.ddl(pending_only=pending_only)
 
+    def grants(
+        self,
+        *,
+        admin: str | None = None,
+        producer: str | None = None,
+        worker: str | None = None,
+        relay: str | None = None,
+        reader: str | None = None,
+    ) -> str:
+        """The GRANTs of least privilege for the roles named, one per part (PostgreSQL):
+        SQL to review and apply after `migrate()` (docs/adr/0020)."""
+        parts = {"admin": admin, "producer": producer, "worker": worker, "relay": relay}
+        parts["reader"] = reader
+        return self._engine.grants({k: v for k, v in parts.items() if v is not None})
+
     def check(self) -> None:
         """Raise unless the database can be reached (StorageError) and alkstore's tables
         are up to date (NotMigrated). Every alkstore process runs it when it starts."""

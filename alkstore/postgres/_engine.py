@@ -10,17 +10,27 @@ Wakes: a LISTEN thread feeds the store's Wake; NOTIFYs are sent by
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, LiteralString
 
 import psycopg
 
 from alkstore import _engine, _errors, _events, _sql, _wake
-from alkstore.postgres import _conn, _listen, _notify, _owned, _pool, _prepared, _session
+from alkstore.postgres import (
+    _conn,
+    _grants,
+    _listen,
+    _notify,
+    _owned,
+    _pool,
+    _prepared,
+    _session,
+)
 
 log = logging.getLogger("alkstore.postgres")
 
@@ -34,7 +44,6 @@ CUSTOM = frozenset({"bulk_start"})
 PREPARED = ("enqueue", "enqueue_dedupe")  # hot one-statement queries run on libpq (_prepared)
 CLOSE_WAIT = 2.0  # seconds close() waits for the notifier's last NOTIFY and the listener
 
-translate = _conn.translate
 _translated = _conn.translated
 
 
@@ -61,6 +70,7 @@ class PostgresEngine:
         self._namespace = namespace
         self._q = _sql.queries(_PACKAGE, namespace)
         server = _session.probe(self._conninfo, self._q["session_probe"])
+        self.role = server.user  # for the message of a denied privilege
         self.pooler = next(v for v in (pooler, url_pooler, server.pooled) if v is not None)
         """True: behind a connection pooler; nothing is left on a session (docs/adr/0020)."""
         if self.pooler:
@@ -75,9 +85,7 @@ class PostgresEngine:
         self._url = self._conninfo  # what the reserved (lease renewal) connection opens
         self._append_name = f"_alkstore_append_{namespace}".encode()
         self._append_sql = self._q["append_event"].encode()
-        self._prepared = (
-            {} if self.pooler else _prepared.statements(self._q, PREPARED, namespace)
-        )
+        self._prepared = {} if self.pooler else _prepared.statements(self._q, PREPARED, namespace)
         self.bulk_min = BULK_MIN
         self.copy_min = COPY_EVENTS_MIN
         # at least 2: the sweep holds one connection while using another
@@ -98,7 +106,7 @@ class PostgresEngine:
         try:
             with self._pool.connection() as conn:
                 key = _notify.conn_key(namespace, conn)
-                with translate():
+                with self._translate():
                     _sql.check_version(
                         _PACKAGE, _owned.version(conn, self._q)
                     )  # a newer alkstore's?
@@ -106,6 +114,9 @@ class PostgresEngine:
             self._pool.close()
             raise
         self.notifier = _notify.Notifier(self._conninfo, self._q["notify"], self._closed, key)
+
+    def _translate(self, operation: str | None = None) -> contextlib.AbstractContextManager[None]:
+        return _conn.translate(operation, self.role)
 
     @property
     def name(self) -> Literal["postgres"]:
@@ -143,7 +154,7 @@ class PostgresEngine:
         failing ROLLBACK never hides the exception that caused it. Until it ends, the
         engine's other calls on this thread raise TransactionOpen (docs/adr/0016)."""
         with self.connection() as conn:
-            with translate():
+            with self._translate():
                 conn.begin()
             self._in_tx.open = True
             try:
@@ -152,7 +163,7 @@ class PostgresEngine:
                 except BaseException:
                     conn.rollback_store()
                     raise
-                with translate():
+                with self._translate():
                     conn.commit_store()
             finally:
                 self._in_tx.open = False
@@ -172,33 +183,56 @@ class PostgresEngine:
         return [m for m in _sql.migrations(_PACKAGE, self._namespace) if m[0] not in applied]
 
     def migrate(self) -> list[int]:
+        """Apply what is pending. With nothing pending it reads and creates nothing, so a
+        role without CREATE privileges can run it (docs/adr/0020)."""
         done = []
-        with self.transaction() as conn, translate():
+        with self.transaction() as conn, self._translate():
             conn.execute(self._q["lock_migrations"])  # one migrating process at a time
-            conn.execute(self._q["create_schema"])
-            conn.execute(self._q["create_migrations_table"])
+            schema, table = self._state(conn)
+            if not schema:
+                conn.execute(self._q["create_schema"])
+            if not table:
+                conn.execute(self._q["create_migrations_table"])
             for version, name, ddl in self._pending(conn):
                 conn.execute(ddl)
                 conn.execute(self._q["record_migration"], (version, name))
                 done.append(version)
         return done
 
+    def _state(self, conn: psycopg.Connection[Any]) -> tuple[bool, bool]:
+        """(the namespace's schema exists, its schema_migrations table exists)"""
+        row = conn.execute(self._q["schema_state"]).fetchone()
+        return (bool(row[0]), bool(row[1])) if row else (False, False)
+
     def pending(self) -> list[int]:
-        with self.connection() as conn, translate():
+        with self.connection() as conn, self._translate():
             return [version for version, _, _ in self._pending(conn)]
 
     def ddl(self, *, pending_only: bool) -> str:
+        """The DDL, each migration followed by the INSERT that records it: applied by hand
+        (psql), `migrate` and `sql --pending` then find nothing to do (docs/adr/0020)."""
+        schema = table = False
         if pending_only:
-            with self.connection() as conn, translate():
+            with self.connection() as conn, self._translate():
                 todo = self._pending(conn)
+                schema, table = self._state(conn)
             if not todo:
                 return ""
         else:
             todo = _sql.migrations(_PACKAGE, self._namespace)
-        parts = [self._q["create_schema"] + ";", self._q["create_migrations_table"] + ";"]
+        parts = [] if schema else [self._q["create_schema"] + ";"]
+        if not table:
+            parts.append(self._q["create_migrations_table"] + ";")
         for version, name, ddl in todo:
-            parts.append(f"-- migration {version:04d}_{name}\n{ddl.strip()}")
+            done = _sql.recorded(self._q["record_migration"], version, name)
+            parts.append(f"-- migration {version:04d}_{name}\n{ddl.strip()}\n{done}")
         return "\n\n".join(parts) + "\n"
+
+    def grants(self, roles: Mapping[str, str]) -> str:
+        with self.connection() as conn:
+            dbname = conn.info.dbname
+        version = _sql.latest_version(_PACKAGE)
+        return _grants.grants(self._namespace, dbname, roles, version)
 
     # -- the log ---------------------------------------------------------------------
 
@@ -207,7 +241,7 @@ class PostgresEngine:
         `copy_min` events on, one COPY (docs/adr/0013), which reads the replies in flight
         first and raises its own error here."""
         if len(rows) >= self.copy_min and conn.can_pipeline:
-            with translate(), conn.cursor().copy(self._q["copy_events"]) as copy:
+            with self._translate(), conn.cursor().copy(self._q["copy_events"]) as copy:
                 write = copy.write_row
                 for row in rows:
                     write(row)
@@ -217,7 +251,7 @@ class PostgresEngine:
             _owned.insert(conn, self._q["insert_event"], rows)
 
     def sequence(self) -> None:
-        with self.connection() as conn, translate():
+        with self.connection() as conn, self._translate():
             while self._sequence(conn) == SEQUENCE_BATCH:
                 pass
 
@@ -225,14 +259,14 @@ class PostgresEngine:
         """Writing transactions open in this database, oldest first: (pid, age s, state, query).
 
         They never stall the log (ADR 0004); their events appear when they commit."""
-        with self.connection() as conn, translate():
+        with self.connection() as conn, self._translate():
             return conn.execute(self._q["oldest_writers"]).fetchall()
 
     def backlog(self) -> tuple[int, tuple[int, float, str, str] | None]:
         """(committed events no reader numbered yet, the oldest open transaction that
         appended events to this namespace) — ADR 0004: nothing waits for them, but an
         operator asking "where is my event?" sees them."""
-        with self.connection() as conn, translate():
+        with self.connection() as conn, self._translate():
             row = conn.execute(self._q["unsequenced"]).fetchone()
             appender = conn.execute(self._q["oldest_appender"]).fetchone()
             return (int(row[0]) if row else 0), appender
@@ -244,7 +278,7 @@ class PostgresEngine:
 
     def read(self, after: int, limit: int) -> list[_engine.LogEntry]:
         decode_headers = _events.codec.decode_headers
-        with self.connection() as conn, translate():
+        with self.connection() as conn, self._translate():
             # enough numbered to fill `limit`, SEQUENCE_BATCH rows per statement at most
             todo = limit
             while self._sequence(conn) == SEQUENCE_BATCH and todo > SEQUENCE_BATCH:
@@ -256,7 +290,7 @@ class PostgresEngine:
             ]
 
     def head(self) -> int:
-        with self.connection() as conn, translate():
+        with self.connection() as conn, self._translate():
             while self._sequence(conn) == SEQUENCE_BATCH:
                 pass
             row = conn.execute(self._q["head"]).fetchone()
@@ -282,7 +316,7 @@ class PostgresEngine:
             cursor = psycopg.Cursor(conn).execute(self._q[name], params)
             return cursor.fetchall() if cursor.description else []
         except psycopg.Error as exc:
-            raise _translated(exc) from exc
+            raise _translated(exc, name, self.role) from exc
         finally:
             self._pool.put(conn)
 
@@ -292,9 +326,9 @@ class PostgresEngine:
             try:
                 return statement.run_in(conn, params)
             except psycopg.Error as exc:
-                raise _translated(exc) from exc
+                raise _translated(exc, name, self.role) from exc
         prepare = False if name in CUSTOM else None
-        with translate():
+        with self._translate(name):
             if conn.pgconn.pipeline_status:  # the application's pipeline: a nested block's
                 with conn.pipeline():  # exit syncs, so the reply is there to read
                     cursor = conn.execute(self._q[name], params, prepare=prepare)
@@ -308,7 +342,7 @@ class PostgresEngine:
         """One psycopg executemany (pipelined: one round trip for the batch)."""
         if not params_seq:
             return []
-        with translate():
+        with self._translate(name):
             cursor = conn.cursor()
             cursor.executemany(self._q[name], params_seq, returning=True)
             results = [cursor.fetchall() if cursor.description else []]
@@ -337,21 +371,21 @@ class PostgresEngine:
         except psycopg.errors.UniqueViolation as exc:
             if exc.diag.constraint_name == "jobs_dedupe":
                 raise _engine.KeyTaken() from exc
-            raise _translated(exc) from exc
+            raise _translated(exc, None, self.role) from exc
         except psycopg.Error as exc:
-            raise _translated(exc) from exc
+            raise _translated(exc, None, self.role) from exc
 
     def now_ms(self) -> int:
         """The server's clock (allowed inside a store transaction: it reads no table)."""
         if self._closed.is_set():
             raise _errors.AlkstoreError("the store is closed")
-        with self._pool.connection() as conn, translate():
+        with self._pool.connection() as conn, self._translate():
             row = conn.execute(self._q["db_now"], {"now": None}).fetchone()
             assert row is not None
             return int(row[0])
 
     def reserved(self) -> _Reserved:
-        return _Reserved(self._url, self._q, self._closed, self._sessions)
+        return _Reserved(self._url, self._q, self._closed, self._sessions, self.role)
 
     @contextmanager
     def sweep_lock(self, now_ms: int | None) -> Iterator[bool]:
@@ -359,7 +393,7 @@ class PostgresEngine:
         on its own pooled connection while the sweep's batches run on others: the end of
         that transaction or of its session releases it (ADR 0006 addendum 2026-12-01)."""
         with self.connection() as conn:
-            with translate():
+            with self._translate():
                 conn.begin()
                 try:
                     row = conn.execute(self._q["sweep_try_lock"]).fetchone()
@@ -402,11 +436,13 @@ class _Reserved:
         queries: dict[str, LiteralString],
         closed: threading.Event,
         sessions: _session.Sessions,
+        role: str,
     ):
         self._url = url
         self._q = queries
         self._closed = closed
         self._sessions = sessions
+        self.role = role
         self._conn: psycopg.Connection[Any] | None = None
 
     def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -422,7 +458,7 @@ class _Reserved:
             if self._conn is not None and self._conn.broken:
                 self._conn.close()
                 self._conn = None
-            raise _translated(exc) from exc
+            raise _translated(exc, name, self.role) from exc
 
     def close(self) -> None:
         if self._conn is not None:

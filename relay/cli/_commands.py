@@ -30,6 +30,18 @@ def migrate(store: alkstore.Store, args: argparse.Namespace) -> int:
 
 
 def sql(store: alkstore.Store, args: argparse.Namespace) -> int:
+    parts = ("admin", "producer", "worker", "relay", "reader")
+    roles = {part: getattr(args, part) for part in parts if getattr(args, part)}
+    if args.grants:
+        if args.pending:
+            raise UsageError("sql --grants and --pending do not go together")
+        if not roles:
+            options = ", ".join(f"--{part} ROLE" for part in parts)
+            raise UsageError(f"sql --grants needs a role: {options}")
+        sys.stdout.write(store.grants(**roles))
+        return 0
+    if roles:
+        raise UsageError(f"--{next(iter(roles))} goes with sql --grants")
     ddl = store.sql(pending_only=args.pending)
     if ddl:
         sys.stdout.write(ddl)

@@ -91,12 +91,26 @@ def build() -> Parser:
         "--namespace",
         help=_default("schema / table prefix", "ALKSTORE_NAMESPACE", DEFAULT_NAMESPACE),
     )
+    common.add_argument(
+        "--listen-db",
+        help=_default(
+            "PostgreSQL URL that reaches the server directly, for LISTEN when --db goes "
+            "through a connection pooler",
+            "ALKSTORE_LISTEN_DB",
+            "none",
+        ),
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("migrate", parents=[common], help="create or upgrade alkstore's tables")
     sql = commands.add_parser("sql", parents=[common], help="print the DDL without applying it")
     sql.add_argument(
         "--pending", action="store_true", help="only what `migrate` would run on this database"
     )
+    sql.add_argument(
+        "--grants", action="store_true", help="the GRANTs for the roles named below (PostgreSQL)"
+    )
+    for part in ("admin", "producer", "worker", "relay", "reader"):
+        sql.add_argument(f"--{part}", metavar="ROLE", help=f"--grants: the {part} role")
     events = commands.add_parser("events", parents=[common], help="read or replay the event log")
     events.add_argument("action", choices=["tail", "replay"])
     events.add_argument("--after", type=count(0), default=0, help="tail: start after this position")

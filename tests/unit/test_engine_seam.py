@@ -24,6 +24,7 @@ ENGINE_ONLY: dict[str, dict[str, str]] = {
         "bulk_ids": "a bulk COPY's ids; SQLite's bulk_insert returns them",
         "create_schema": "the namespace is a schema; on SQLite it is a table-name prefix",
         "migrations_table_exists": "to_regclass; SQLite reads sqlite_master (_table_exists)",
+        "schema_state": "the namespace is a schema; on SQLite it is a table-name prefix",
         "lock_migrations": "an advisory lock; SQLite's BEGIN IMMEDIATE serialises migrate",
         "listen": "LISTEN/NOTIFY wakes; SQLite watches the database files (_watch.py)",
         "notify": "LISTEN/NOTIFY wakes; SQLite watches the database files (_watch.py)",
@@ -87,7 +88,7 @@ def test_namespace_is_substituted_everywhere() -> None:
 def test_memory_engine_is_an_engine() -> None:
     engine: _engine.Engine = SqliteEngine(":memory:", "seam")
     try:
-        assert engine.migrate() == [1, 2, 3, 4, 5, 6]
+        assert engine.migrate() == [1, 2, 3, 4, 5, 6, 7]
         assert engine.head() == 0
     finally:
         engine.close()

@@ -13,6 +13,12 @@ CREATE TABLE IF NOT EXISTS {ns}.schema_migrations (
     applied_at timestamptz NOT NULL DEFAULT now()
 )
 
+-- name: schema_state
+-- Does the namespace's schema exist, and its schema_migrations table? (migrate creates only
+-- what is missing: CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when the
+-- schema is there.)
+SELECT to_regnamespace('{ns}') IS NOT NULL, to_regclass('{ns}.schema_migrations') IS NOT NULL
+
 -- name: migrations_table_exists
 SELECT to_regclass('{ns}.schema_migrations') IS NOT NULL
 
