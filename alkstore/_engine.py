@@ -134,7 +134,14 @@ class Engine(Protocol):
         ...
 
     def holdups(self) -> list[tuple[int, float, str, str]]:
-        """Open writing transactions an operator may want to see: (pid, age s, state, query)."""
+        """Open writing transactions an operator may want to see: (pid, age s, state, query).
+        Not one that began under a second ago and is running a statement: work in flight,
+        such as a claim (docs/adr/0020)."""
+        ...
+
+    def hidden_holdups(self) -> int:
+        """Open writing transactions whose details this role may not see (PostgreSQL:
+        another role's, without pg_read_all_stats); 0 on SQLite."""
         ...
 
     def backlog(self) -> tuple[int, tuple[int, float, str, str] | None]:

@@ -258,9 +258,18 @@ class PostgresEngine:
     def holdups(self) -> list[tuple[int, float, str, str]]:
         """Writing transactions open in this database, oldest first: (pid, age s, state, query).
 
-        They never stall the log (ADR 0004); their events appear when they commit."""
+        They never stall the log (ADR 0004); their events appear when they commit. One
+        that began under a second ago and is running a statement is work in flight (a
+        claim), not listed; nor is a session this role may not see (`hidden_holdups`)."""
         with self.connection() as conn, self._translate():
             return conn.execute(self._q["oldest_writers"]).fetchall()
+
+    def hidden_holdups(self) -> int:
+        """Writing transactions of other roles, whose start and query this role may not see
+        without pg_read_all_stats (docs/adr/0020)."""
+        with self.connection() as conn, self._translate():
+            row = conn.execute(self._q["hidden_writers"]).fetchone()
+            return int(row[0]) if row else 0
 
     def backlog(self) -> tuple[int, tuple[int, float, str, str] | None]:
         """(committed events no reader numbered yet, the oldest open transaction that

@@ -258,6 +258,9 @@ class SqliteEngine:
     def holdups(self) -> list[tuple[int, float, str, str]]:
         return []
 
+    def hidden_holdups(self) -> int:
+        return 0
+
     def backlog(self) -> tuple[int, tuple[int, float, str, str] | None]:
         """Nothing waits for a position: rowid order is commit order."""
         return 0, None

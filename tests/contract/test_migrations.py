@@ -91,6 +91,29 @@ def test_printed_ddl_builds_the_same_schema_as_migrate(
         Backend(backend.name, backend.url, other).drop()
 
 
+def test_printed_ddl_applied_by_hand_leaves_nothing_to_migrate(backend: Backend) -> None:
+    """The DBA path (docs/adr/0020): the DDL records its migrations, so `migrate` and the
+    pending DDL agree with it afterwards."""
+    store = backend.connect()
+    try:
+        text = store.sql()
+        if backend.name == "sqlite":
+            conn = apsw.Connection(backend.url.removeprefix("sqlite:///"))
+            with conn:
+                conn.execute(text)
+            conn.close()
+        else:
+            with psycopg.connect(backend.url) as pg:
+                pg.execute(text.encode())
+        assert store.sql(pending_only=True) == ""
+        store.check()
+        assert store.migrate() == []
+        with store.transaction() as tx:
+            tx.append_many([])
+    finally:
+        store.close()
+
+
 def _migrate_in_child(url: str, namespace: str, barrier: Any, results: Any) -> None:
     store = alkstore.connect(url, namespace=namespace)
     try:

@@ -239,6 +239,7 @@ def test_each_part_is_refused_what_it_must_not_do(platform: Platform) -> None:
         refused(lambda: append(reader), "permission denied for table events")
         refused(lambda: reader.queue("audit").claim(), "permission denied for table jobs")
     with platform.connect("admin") as admin:  # its namespace; not the database's
+        assert admin.migrate() == []
         other = alkstore.connect(platform.url("admin"), namespace=f"{platform.namespace}_x")
         with other:
             refused(lambda: other.migrate(), "permission denied for database")
@@ -294,3 +295,21 @@ def test_the_grants_cover_every_table_of_the_schema(pg_backend: Backend) -> None
             "SELECT tablename FROM pg_tables WHERE schemaname = %s", (pg_backend.namespace,)
         ).fetchall()
     assert sorted(_grants.TABLES) == sorted(row[0] for row in rows)
+
+
+def test_status_for_a_role_that_cannot_see_other_sessions(
+    platform: Platform, pg_backend: Backend
+) -> None:
+    """Without pg_read_all_stats another role's session shows no start and no query:
+    status counts it as not shown instead of failing."""
+    with psycopg.connect(pg_backend.url) as other:  # the superuser: another role
+        other.execute("CREATE TEMP TABLE holding (n int)")
+        other.execute("INSERT INTO holding VALUES (1)")  # a writing transaction, left open
+        with platform.connect("reader") as reader:
+            status = reader.status()
+            assert status.hidden_holdups >= 1
+            assert other.info.backend_pid not in {h.pid for h in status.holdups}
+        out = cli("status", "--db", platform.url("reader"), "--namespace", platform.namespace)
+        other.rollback()
+    assert (out.returncode, out.stderr) == (0, "")
+    assert "(this role lacks pg_read_all_stats)" in out.stdout, out.stdout

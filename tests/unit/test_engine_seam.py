@@ -34,6 +34,7 @@ ENGINE_ONLY: dict[str, dict[str, str]] = {
         "sequence_events": "commit-order positions (ADR 0004); SQLite's one writer needs none",
         "unsequenced": "commit-order positions (ADR 0004); SQLite's one writer needs none",
         "oldest_writers": "pg_stat_activity; SQLite has one writer and no such view",
+        "hidden_writers": "pg_stat_activity; SQLite has one writer and no such view",
         "oldest_appender": "pg_locks on the events table (ADR 0004); SQLite has one writer",
         "sweep_try_lock": "an advisory lock; SQLite's sweep takes a lease row (lock_acquire)",
     },
