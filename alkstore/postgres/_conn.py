@@ -258,6 +258,12 @@ class Connection(psycopg.Connection[TupleRow]):
         prepared again and run once more: it had not run."""
         pgconn = self.pgconn
         self._alk_unsure = True
+        if self.unnamed:  # behind a pooler: parsed with its Bind, nothing left behind
+            result = pgconn.exec_params(query, values)
+            self._alk_unsure = False
+            if result.status not in _ROWS_OR_OK:
+                raise _result_error(result, self._alk_role)
+            return result
         for _ in range(2):
             if name not in self._alk_prepared:
                 pgconn.close_prepared(name)  # not an error when it does not exist
@@ -287,7 +293,10 @@ class Connection(psycopg.Connection[TupleRow]):
         again in the next transaction."""
         pgconn = self._alk_pipeline(name, query)
         # None is SQL NULL (psycopg's abc omits it here)
-        pgconn.send_query_prepared(name, values)
+        if self.unnamed:
+            pgconn.send_query_params(query, values)
+        else:
+            pgconn.send_query_prepared(name, values)
         error, result = self._alk_drain()
         if error is not None:
             self._alk_prepared.clear()

@@ -85,7 +85,8 @@ class PostgresEngine:
         self._url = self._conninfo  # what the reserved (lease renewal) connection opens
         self._append_name = f"_alkstore_append_{namespace}".encode()
         self._append_sql = self._q["append_event"].encode()
-        self._prepared = {} if self.pooler else _prepared.statements(self._q, PREPARED, namespace)
+        # behind a pooler they run unnamed (_conn.Connection.unnamed), on libpq all the same
+        self._prepared = _prepared.statements(self._q, PREPARED, namespace)
         self.bulk_min = BULK_MIN
         self.copy_min = COPY_EVENTS_MIN
         # at least 2: the sweep holds one connection while using another
