@@ -313,3 +313,22 @@ def test_status_for_a_role_that_cannot_see_other_sessions(
         other.rollback()
     assert (out.returncode, out.stderr) == (0, "")
     assert "(this role lacks pg_read_all_stats)" in out.stdout, out.stdout
+
+
+def test_a_worker_refused_a_delete_stops_at_once(platform: Platform, pg_backend: Backend) -> None:
+    """Without DELETE on jobs the claim still works, the sweep and the acks do not: the
+    worker stops with the first refusal, without waiting out its grace period (a job it
+    holds comes back when its lease ends)."""
+    with psycopg.connect(pg_backend.url, autocommit=True) as root:
+        root.execute(f"REVOKE DELETE ON {platform.namespace}.jobs FROM {platform.roles['worker']}")
+    with platform.connect("producer") as producer:
+        producer.queue("q").enqueue({"n": 1})
+    with platform.connect("worker") as store:
+        worker = relay.Worker(store, grace=30, maintenance_every=60)
+        ran: list[int] = []
+        worker.handler("q")(lambda job: ran.append(job.id))
+        start = time.monotonic()
+        with pytest.raises(alkstore.PermissionDenied, match="permission denied for table jobs"):
+            worker.run(once=True)
+        assert time.monotonic() - start < FAST
+        assert len(ran) <= 1
