@@ -8,7 +8,7 @@ and relay) is written once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from functools import cached_property
@@ -98,6 +98,11 @@ class Engine(Protocol):
         """The DDL `migrate()` would run (all of it, or only what is pending: "" if none)."""
         ...
 
+    def grants(self, roles: Mapping[str, str]) -> str:
+        """The GRANTs that give each role (part -> role name) what its part needs
+        (PostgreSQL; SQLite has no roles: InvalidArgument). docs/adr/0020."""
+        ...
+
     def transaction(self) -> AbstractContextManager[Any]:
         """Open a write transaction; yield the raw driver connection; commit on success.
 
@@ -129,7 +134,14 @@ class Engine(Protocol):
         ...
 
     def holdups(self) -> list[tuple[int, float, str, str]]:
-        """Open writing transactions an operator may want to see: (pid, age s, state, query)."""
+        """Open writing transactions an operator may want to see: (pid, age s, state, query).
+        Not one that began under a second ago and is running a statement: work in flight,
+        such as a claim (docs/adr/0020)."""
+        ...
+
+    def hidden_holdups(self) -> int:
+        """Open writing transactions whose details this role may not see (PostgreSQL:
+        another role's, without pg_read_all_stats); 0 on SQLite."""
         ...
 
     def backlog(self) -> tuple[int, tuple[int, float, str, str] | None]:

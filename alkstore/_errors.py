@@ -117,7 +117,29 @@ class DatabaseBusy(StorageError):
         )
 
 
-class NotMigrated(StorageError):
+class PermanentError(StorageError):
+    """The database refused an operation for a reason retrying cannot fix (a missing
+    privilege, table or schema). alkstore's processes stop on it with this one line
+    instead of retrying: fix the cause, then start them again (docs/adr/0020)."""
+
+
+class PermissionDenied(PermanentError):
+    """The database role lacks a privilege the operation needs (SQLSTATE 42501)."""
+
+    def __init__(self, detail: str, role: str | None = None, operation: str | None = None):
+        self.detail = detail
+        self.role = role
+        self.operation = operation
+        where = f", role {role!r}" if role else ""
+        what = f", in alkstore's `{operation}`" if operation else ""
+        super().__init__(
+            f"{detail} (SQLSTATE 42501{where}{what}): the role lacks a privilege this "
+            "needs; grant it what `alkstore sql --grants` generates for its part "
+            "(docs/guide/postgresql-platform.md)"
+        )
+
+
+class NotMigrated(PermanentError):
     """alkstore's tables are missing or out of date: run `store.migrate()` or `alkstore migrate`."""
 
 

@@ -6,6 +6,7 @@ engines as named SQL (each engine's sql/relay.sql). See docs/adr/0007-relay.md.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import secrets
@@ -18,9 +19,14 @@ import msgspec
 
 from alkstore import _checks, _config, _errors, _jobs, _queue
 
+log = logging.getLogger("alkstore.retention")
 _PATTERN = re.compile(r"[A-Za-z0-9_.:\-*]{1,200}")
 _encode = msgspec.json.Encoder().encode
 _patterns = msgspec.json.Decoder(list[str])
+
+
+Gap = tuple[int, int]
+"""Positions (first, last) a subscription asked for that retention had already pruned."""
 
 
 class Subscription(msgspec.Struct, frozen=True):
@@ -29,6 +35,7 @@ class Subscription(msgspec.Struct, frozen=True):
     queue: str
     events: list[str]
     checkpoint: int  # the last log position turned into jobs for this queue
+    gap: Gap | None = None  # positions it asked for (subscribe, replay) already pruned
 
 
 class Lag(msgspec.Struct, frozen=True):
@@ -38,6 +45,7 @@ class Lag(msgspec.Struct, frozen=True):
     checkpoint: int
     events: int
     seconds: float | None  # age of the oldest event not yet relayed (None: caught up)
+    gap: Gap | None = None  # positions it asked for that retention had pruned (never had)
 
 
 class Holdup(msgspec.Struct, frozen=True):
@@ -50,8 +58,9 @@ class Holdup(msgspec.Struct, frozen=True):
 
 
 class Status(msgspec.Struct, frozen=True):
-    """The log head, each subscription's lag, open writing transactions (PostgreSQL), and
-    the sequencing backlog of ADR 0004 (PostgreSQL; 0 and None on SQLite)."""
+    """The log head, each subscription's lag, open writing transactions (PostgreSQL), the
+    sequencing backlog of ADR 0004 (PostgreSQL; 0 and None on SQLite), and the oldest
+    position retention left (docs/adr/0020)."""
 
     head: int
     subscriptions: list[Lag]
@@ -59,6 +68,10 @@ class Status(msgspec.Struct, frozen=True):
     unsequenced: int = 0  # committed events no reader had numbered yet when status looked
     oldest_appender: Holdup | None = None  # the oldest open transaction holding appended,
     # uncommitted events of this namespace (they are numbered when it commits)
+    oldest_retained: int | None = None  # the oldest position in the log (None: no event);
+    # retention pruned every position before it
+    hidden_holdups: int = 0  # open writing transactions of other roles whose details this
+    # role may not see (PostgreSQL, without pg_read_all_stats: docs/adr/0020)
 
 
 class Replay(msgspec.Struct, frozen=True):
@@ -69,6 +82,7 @@ class Replay(msgspec.Struct, frozen=True):
     checkpoint: int  # the checkpoint now: from_position - 1
     redelivered: int  # events in (checkpoint, previous] still in the log: delivered again
     skipped: int  # events in (previous, checkpoint] not relayed yet: never delivered
+    gap: Gap | None = None  # positions asked for again that retention had pruned
 
 
 class NotLeader(_errors.AlkstoreError):
@@ -98,15 +112,17 @@ def subscribe(
     if not globs:
         raise _errors.InvalidArgument("a subscription needs at least one event pattern")
     patterns = [like_pattern(glob) for glob in globs]
+    gap = None
     if start == "now":
         checkpoint = rt.engine.head()
-    elif start == "beginning":
-        checkpoint = 0
-    elif isinstance(start, int) and not isinstance(start, bool) and start >= 1:
-        checkpoint = start - 1  # deliver from `start` on, as replay does
+    elif start == "beginning" or (
+        isinstance(start, int) and not isinstance(start, bool) and start >= 1
+    ):
+        checkpoint = 0 if start == "beginning" else int(start) - 1  # as replay does
         head = rt.engine.head()
         if checkpoint > head:  # the head only grows: checked before the insert is enough
-            raise _errors.InvalidArgument(past_head("subscribe", queue, start, head))
+            raise _errors.InvalidArgument(past_head("subscribe", queue, int(start), head))
+        gap = pruned(rt, checkpoint + 1, head)
     else:
         raise _errors.InvalidArgument(
             f'start must be "now", "beginning" or a position >= 1, not {start!r}'
@@ -119,10 +135,46 @@ def subscribe(
         "patterns": _encode(patterns).decode(),
         "checkpoint": checkpoint,
         "now": rt.now_param(),
+        "gap_first": None if gap is None else gap[0],
+        "gap_last": None if gap is None else gap[1],
     }
     rows = rt.engine.run("subscribe", params)
     rt.engine.committed()  # wake the relay: a new subscription may have work
-    return Subscription(queue, globs, int(rows[0][0]))
+    stored = _gap(rows[0][1], rows[0][2])
+    if stored is not None and stored == gap:  # recorded now: a new subscription
+        log.warning(
+            "subscription %r starts at position %d, but positions %s were pruned by "
+            "retention: they are not delivered (recorded; `alkstore status` shows it)",
+            queue,
+            checkpoint + 1,
+            span(stored),
+        )
+    return Subscription(queue, globs, int(rows[0][0]), stored)
+
+
+def pruned(rt: _queue.Runtime, first: int, last: int, conn: Any = None) -> Gap | None:
+    """The positions of first..last (a range below the head) that retention pruned: those
+    before the oldest one left. (A position is never handed out twice: the log's
+    positions are 1..head, so every one below the oldest left was pruned.)"""
+    if last < first:
+        return None
+    engine = rt.engine
+    rows = engine.run_in(conn, "oldest_position", {}) if conn else engine.run("oldest_position", {})
+    oldest = rows[0][0] if rows else None
+    if oldest is None:
+        return first, last
+    if int(oldest) > first:
+        return first, min(last, int(oldest) - 1)
+    return None
+
+
+def span(gap: Gap) -> str:
+    first, last = gap
+    return str(first) if first == last else f"{first}-{last}"
+
+
+def _gap(first: int | None, last: int | None) -> Gap | None:
+    return None if first is None or last is None else (int(first), int(last))
 
 
 def unsubscribe(rt: _queue.Runtime, queue: str) -> bool:
@@ -132,8 +184,8 @@ def unsubscribe(rt: _queue.Runtime, queue: str) -> bool:
 
 def subscriptions(rt: _queue.Runtime) -> list[Subscription]:
     return [
-        Subscription(queue, _patterns.decode(events), int(checkpoint))
-        for queue, events, checkpoint, _ in rt.engine.run("subscriptions", {})
+        Subscription(queue, _patterns.decode(events), int(checkpoint), _gap(first, last))
+        for queue, events, checkpoint, _, first, last in rt.engine.run("subscriptions", {})
     ]
 
 
@@ -150,7 +202,8 @@ def replay(rt: _queue.Runtime, queue: str, from_position: int) -> Replay:
     `from_position - 1`, never past the log head (InvalidArgument).
 
     Handlers see those events again: delivery is at-least-once across a replay. Events
-    retention pruned cannot be, and are not counted; a position after the checkpoint
+    retention pruned cannot be: they are not counted, and their positions are the
+    returned (and recorded) `gap` (docs/adr/0020); a position after the checkpoint
     moves it forward and skips the events in between (counted in `skipped`)."""
     if isinstance(from_position, bool) or not isinstance(from_position, int) or from_position < 1:
         raise _errors.InvalidArgument(f"from_position must be >= 1, got {from_position!r}")
@@ -165,11 +218,13 @@ def replay(rt: _queue.Runtime, queue: str, from_position: int) -> Replay:
             raise _errors.InvalidArgument(past_head("replay", queue, from_position, head))
         low, high = sorted((new, previous))
         moved = int(engine.run_in(conn, "count_events", {"low": low, "high": high})[0][0])
+        gap = pruned(rt, new + 1, previous, conn)  # what it asks for again that is gone
         params = {"queue": queue, "checkpoint": new, "now": rt.now_param()}
+        params.update(gap_first=gap and gap[0], gap_last=gap and gap[1])
         engine.run_in(conn, "set_checkpoint", params)
     engine.committed()
     back = new <= previous
-    return Replay(queue, previous, new, moved if back else 0, 0 if back else moved)
+    return Replay(queue, previous, new, moved if back else 0, 0 if back else moved, gap)
 
 
 class Lease:
@@ -274,6 +329,12 @@ def status(rt: _queue.Runtime) -> Status:
             oldest_ms = oldest if isinstance(oldest, int) else int(oldest.timestamp() * 1000)
             age = max(0.0, (now - oldest_ms) / 1000)
         lags.append(Lag(queue, int(checkpoint), int(behind), age))
+    gaps = {sub.queue: sub.gap for sub in subscriptions(rt) if sub.gap is not None}
+    if gaps:
+        lags = [msgspec.structs.replace(lag, gap=gaps.get(lag.queue)) for lag in lags]
     holdups = [Holdup(*row) for row in engine.holdups()]
     oldest = None if appender is None else Holdup(*appender)
-    return Status(head, lags, holdups, unsequenced, oldest)
+    rows = engine.run("oldest_position", {})
+    retained = None if not rows or rows[0][0] is None else int(rows[0][0])
+    hidden = engine.hidden_holdups()
+    return Status(head, lags, holdups, unsequenced, oldest, retained, hidden)

@@ -96,6 +96,17 @@ def migrations(package: str, ns: str) -> list[tuple[int, str, LiteralString]]:
     return sorted(found)
 
 
+def recorded(record: str, version: int, name: str) -> str:
+    """`record` (an engine's `record_migration`, two placeholders: `%s` or `?`) with the
+    migration's version and name written in: the line `alkstore sql` prints after each
+    migration's DDL, so a database the DDL was applied to by hand knows it has it
+    (docs/adr/0020). Names are `[a-z0-9_]+` (`migrations`): nothing to escape."""
+    if not re.fullmatch(r"[a-z0-9_]+", name):
+        raise ValueError(f"not a migration name: {name!r}")
+    values = iter((str(int(version)), f"'{name}'"))
+    return re.sub(r"%s|\?", lambda _: next(values), record, count=2) + ";"
+
+
 @cache
 def latest_version(package: str) -> int:
     """The newest migration this alkstore knows for an engine package."""

@@ -336,6 +336,21 @@ class Store:
         pending_only=True, only what this database still needs ("" when up to date)."""
         return self._engine.ddl(pending_only=pending_only)
 
+    def grants(
+        self,
+        *,
+        admin: str | None = None,
+        producer: str | None = None,
+        worker: str | None = None,
+        relay: str | None = None,
+        reader: str | None = None,
+    ) -> str:
+        """The GRANTs of least privilege for the roles named, one per part (PostgreSQL):
+        SQL to review and apply after `migrate()` (docs/adr/0020)."""
+        parts = {"admin": admin, "producer": producer, "worker": worker, "relay": relay}
+        parts["reader"] = reader
+        return self._engine.grants({k: v for k, v in parts.items() if v is not None})
+
     def check(self) -> None:
         """Raise unless the database can be reached (StorageError) and alkstore's tables
         are up to date (NotMigrated). Every alkstore process runs it when it starts."""
@@ -377,6 +392,8 @@ def connect(
     clock: Callable[[], float] | None = None,
     max_payload_bytes: int = _queue.DEFAULT_MAX_PAYLOAD,
     connect_timeout: float = 5.0,
+    pooler: bool | None = None,
+    listen_url: str | None = None,
 ) -> Store:
     """Open a store: `sqlite:///app.db`, `sqlite:///:memory:` or `postgresql://...`.
 
@@ -391,6 +408,12 @@ def connect(
     take before it fails with StorageError (libpq: whole seconds, at least 2); a
     `connect_timeout` in the URL wins. Connections also get TCP keepalives, so a
     silent server breaks them instead of hanging a statement (docs/adr/0001).
+    `pooler` (PostgreSQL): the URL goes through a connection pooler in transaction mode
+    (PgBouncer): alkstore then leaves nothing on a session (no SET, no prepared
+    statement, no LISTEN). None: the URL's `pooler=true|false`, else detected at connect.
+    `listen_url` (PostgreSQL): a URL that reaches the server directly, for LISTEN; with
+    no URL given, `$ALKSTORE_LISTEN_DB`. Behind a pooler without one, wakes are off and
+    consumers re-poll (a WARNING says so). See docs/adr/0020.
     """
     if (
         isinstance(connect_timeout, bool)
@@ -404,6 +427,13 @@ def connect(
     if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
         raise _errors.InvalidArgument(f"pool_size must be an int >= 1, got {pool_size!r}")
     _checks.payload_limit(max_payload_bytes)
+    if pooler is not None and not isinstance(pooler, bool):
+        raise _errors.InvalidArgument(f"pooler must be True, False or None, got {pooler!r}")
+    if listen_url is None and url is None:
+        listen_url = os.environ.get("ALKSTORE_LISTEN_DB") or None
+        from_env = True
+    else:
+        from_env = False
     target = _config.parse_url(url)
     if namespace is None:
         namespace = os.environ.get("ALKSTORE_NAMESPACE") or _config.DEFAULT_NAMESPACE
@@ -412,11 +442,22 @@ def connect(
     if target.engine == "sqlite":
         from alkstore import sqlite
 
+        if pooler is not None or (listen_url is not None and not from_env):
+            raise _errors.InvalidArgument(
+                "pooler and listen_url are PostgreSQL options; SQLite has neither"
+            )
         engine = sqlite.SqliteEngine(target.path, namespace)
     else:
         from alkstore import postgres
 
+        if listen_url is not None and _config.parse_url(listen_url).engine != "postgres":
+            raise _errors.InvalidURL(listen_url, "listen_url must be a postgresql:// URL")
         engine = postgres.PostgresEngine(
-            target.url, namespace, pool_size=pool_size, connect_timeout=connect_timeout
+            target.url,
+            namespace,
+            pool_size=pool_size,
+            connect_timeout=connect_timeout,
+            pooler=pooler,
+            listen_url=listen_url,
         )
     return Store(engine, clock=clock, max_payload_bytes=max_payload_bytes)

@@ -60,7 +60,9 @@ class Relay:
         """Relay until `stop()` (or a signal handler calling it).
 
         At startup the database must be reachable and migrated (StorageError,
-        NotMigrated); later database errors are logged and retried with backoff."""
+        NotMigrated); later database errors are logged and retried with backoff, but
+        a permanent one (a missing privilege or table: `alkstore.PermanentError`) stops
+        the relay: it is raised (docs/adr/0020)."""
         self.store.check()
         listener = self.store.listen()
         try:
@@ -76,6 +78,9 @@ class Relay:
                     failures = 0
                 except alkstore.StorageError as exc:  # e.g. the database restarted or a
                     # connection was terminated
+                    if isinstance(exc, alkstore.PermanentError):
+                        log.error("relay stopping: %s", exc)
+                        raise
                     failures += 1
                     self.reconnects += 1
                     delay = min(5.0, 0.1 * 2**failures)
@@ -120,6 +125,8 @@ class Relay:
         try:
             self.fired += self.store.fire_schedules(self.lease)
         except alkstore.AlkstoreError as exc:
+            if isinstance(exc, alkstore.PermanentError):
+                raise
             log.warning("scheduler tick failed: %s", exc)
             return self.poll
         wait = self.store.next_schedule_due()

@@ -57,7 +57,8 @@ class Scheduler:
         """Run until `stop()`, holding the scheduler lease (standbys wait).
 
         At startup the database must be reachable and migrated (StorageError,
-        NotMigrated); later failures are logged and retried with backoff."""
+        NotMigrated); later failures are logged and retried with backoff, but a
+        permanent one (`alkstore.PermanentError`) stops the scheduler: it is raised."""
         self.store.check()
         failures = 0
         try:
@@ -75,6 +76,9 @@ class Scheduler:
                     self._prune()
                     failures = 0
                 except alkstore.AlkstoreError as exc:  # e.g. the database restarted
+                    if isinstance(exc, alkstore.PermanentError):
+                        log.error("scheduler stopping: %s", exc)
+                        raise
                     failures += 1
                     self.reconnects += 1
                     wait = min(5.0, 0.1 * 2**failures)

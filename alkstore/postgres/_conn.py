@@ -46,9 +46,14 @@ from alkstore import _errors
 _MISSING = (
     psycopg.errors.UndefinedTable,
     psycopg.errors.UndefinedFunction,
+    psycopg.errors.UndefinedColumn,
     psycopg.errors.InvalidSchemaName,
 )
-_MISSING_STATES = {"42P01", "42883", "3F000"}
+_MISSING_STATES = {"42P01", "42883", "42703", "3F000"}
+_DENIED = "42501"  # insufficient_privilege
+# SQLSTATE classes no retry fixes: syntax error or access rule violation (42: a missing
+# privilege or object), invalid authorization (28), invalid schema name (3F)
+_PERMANENT_CLASSES = ("42", "28", "3F")
 # lock_not_available (lock_timeout, NOWAIT), serialization_failure, deadlock_detected
 _BUSY = (
     psycopg.errors.LockNotAvailable,
@@ -61,35 +66,59 @@ _OK = pq.ExecStatus.COMMAND_OK
 _SYNC = pq.ExecStatus.PIPELINE_SYNC
 _ROWS_OR_OK = (pq.ExecStatus.TUPLES_OK, _OK)
 _SQLSTATE = pq.DiagnosticField.SQLSTATE
+_PRIMARY = pq.DiagnosticField.MESSAGE_PRIMARY
 _NO_SUCH_STATEMENT = b"26000"  # invalid_sql_statement_name: the statement was deallocated
 PIPELINED = psycopg.capabilities.has_pipeline() and psycopg.capabilities.has_send_close_prepared()
 
 
-def translated(exc: psycopg.Error) -> _errors.AlkstoreError:
+def _classified(
+    state: str, message: str, role: str | None, operation: str | None
+) -> _errors.AlkstoreError:
+    """The alkstore error for a server error by its SQLSTATE: a permanent one (the
+    processes stop on it, docs/adr/0020), a busy one, or a StorageError (transient)."""
+    if state in _MISSING_STATES:
+        return _errors.NotMigrated()
+    if state == _DENIED:
+        return _errors.PermissionDenied(message, role, operation)
+    if state in _BUSY_STATES:
+        return _errors.DatabaseBusy(f"{message} (SQLSTATE {state})")
+    if state[:2] in _PERMANENT_CLASSES:
+        return _errors.PermanentError(f"{message} (SQLSTATE {state})")
+    return _errors.StorageError(f"{message} (SQLSTATE {state})")
+
+
+def translated(
+    exc: psycopg.Error, operation: str | None = None, role: str | None = None
+) -> _errors.AlkstoreError:
+    """`operation`: the named query that failed, `role`: the role we log in as, for the
+    message of a denied privilege."""
+    state = exc.sqlstate or ""
     if isinstance(exc, _MISSING):
         return _errors.NotMigrated()
     if isinstance(exc, _BUSY):
         return _errors.DatabaseBusy(f"{type(exc).__name__}: {exc}")
+    if state == _DENIED or state[:2] in _PERMANENT_CLASSES:
+        message = exc.diag.message_primary or str(exc)
+        return _classified(state, message, role, operation)
     return _errors.StorageError(f"{type(exc).__name__}: {exc}")
 
 
 @contextmanager
-def translate() -> Iterator[None]:
-    """Stop psycopg errors at the seam."""
+def translate(operation: str | None = None, role: str | None = None) -> Iterator[None]:
+    """Stop psycopg errors at the seam (`operation`: the named query that runs)."""
     try:
         yield
     except psycopg.Error as exc:
-        raise translated(exc) from exc
+        raise translated(exc, operation, role) from exc
 
 
-def _result_error(result: pq.abc.PGresult) -> _errors.AlkstoreError:
-    state = (result.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
-    if state in _MISSING_STATES:
-        return _errors.NotMigrated()
+def _result_error(result: pq.abc.PGresult, role: str | None = None) -> _errors.AlkstoreError:
+    state = (result.error_field(_SQLSTATE) or b"").decode()
+    if state == _DENIED:
+        primary = (result.error_field(_PRIMARY) or b"").decode("utf-8", "replace")
+        return _classified(state, primary, role, None)
     message = result.error_message.decode("utf-8", "replace").strip()
-    if state in _BUSY_STATES:
-        return _errors.DatabaseBusy(f"{message} (SQLSTATE {state})")
-    return _errors.StorageError(f"{message} (SQLSTATE {state})")
+    return _classified(state, message, role, None)
 
 
 if hasattr(select, "poll"):
@@ -120,6 +149,11 @@ class Connection(psycopg.Connection[TupleRow]):
         self._alk_unsure = False  # an exchange was interrupted: the pool drops us
         self._alk_prepared: set[bytes] = set()  # our statements that exist in the session
         self._alk_watched = False  # our cursor runs a statement: statement_ran sees its tag
+        self.unnamed = False  # behind a pooler: no prepared statements (docs/adr/0020)
+
+    @property
+    def _alk_role(self) -> str:
+        return self.pgconn.user.decode()
 
     @property
     def reusable(self) -> bool:
@@ -187,12 +221,13 @@ class Connection(psycopg.Connection[TupleRow]):
 
     def _alk_pipeline(self, name: bytes, query: bytes) -> Any:
         """Enter pipeline mode (once per transaction) and queue the preparation of `name`
-        unless this connection has it; returns the libpq connection."""
+        unless this connection has it (or sends unnamed statements); returns the libpq
+        connection."""
         pgconn = self.pgconn
         if not self._alk_in_flight:
             pgconn.enter_pipeline_mode()
             self._alk_in_flight = True
-        if name not in self._alk_prepared:
+        if not self.unnamed and name not in self._alk_prepared:
             pgconn.send_close_prepared(name)  # not an error when it does not exist
             pgconn.send_prepare(name, query)
             self._alk_prepared.add(name)
@@ -202,8 +237,14 @@ class Connection(psycopg.Connection[TupleRow]):
         """Queue the INSERTs of `rows`; they go out, in order, with whatever comes next.
 
         libpq sends its buffer on its own once it grows large; otherwise the next
-        settle or COMMIT flushes it, so a lone append costs no extra write."""
+        settle or COMMIT flushes it, so a lone append costs no extra write. Unnamed
+        (behind a pooler, where a statement prepared in one transaction may be missing
+        in the next): each INSERT is parsed with its Bind, still pipelined."""
         pgconn = self._alk_pipeline(name, query)
+        if self.unnamed:
+            for row in rows:
+                pgconn.send_query_params(query, [None if v is None else v.encode() for v in row])
+            return
         for row in rows:
             pgconn.send_query_prepared(name, [None if v is None else v.encode() for v in row])
 
@@ -217,6 +258,12 @@ class Connection(psycopg.Connection[TupleRow]):
         prepared again and run once more: it had not run."""
         pgconn = self.pgconn
         self._alk_unsure = True
+        if self.unnamed:  # behind a pooler: parsed with its Bind, nothing left behind
+            result = pgconn.exec_params(query, values)
+            self._alk_unsure = False
+            if result.status not in _ROWS_OR_OK:
+                raise _result_error(result, self._alk_role)
+            return result
         for _ in range(2):
             if name not in self._alk_prepared:
                 pgconn.close_prepared(name)  # not an error when it does not exist
@@ -231,7 +278,7 @@ class Connection(psycopg.Connection[TupleRow]):
             self._alk_prepared.discard(name)
         self._alk_unsure = False
         if result.status not in _ROWS_OR_OK:
-            raise _result_error(result)
+            raise _result_error(result, self._alk_role)
         return result
 
     def run_prepared_in(
@@ -246,7 +293,10 @@ class Connection(psycopg.Connection[TupleRow]):
         again in the next transaction."""
         pgconn = self._alk_pipeline(name, query)
         # None is SQL NULL (psycopg's abc omits it here)
-        pgconn.send_query_prepared(name, values)
+        if self.unnamed:
+            pgconn.send_query_params(query, values)
+        else:
+            pgconn.send_query_prepared(name, values)
         error, result = self._alk_drain()
         if error is not None:
             self._alk_prepared.clear()
@@ -291,7 +341,7 @@ class Connection(psycopg.Connection[TupleRow]):
         while (result := self._alk_next_result()) is not None:
             tag = result.command_status
             if result.status != _OK and error is None:
-                error = _result_error(result)
+                error = _result_error(result, self._alk_role)
         self._alk_unsure = False
         if error is not None:
             raise error
@@ -316,7 +366,7 @@ class Connection(psycopg.Connection[TupleRow]):
                 break
             last = result
             if result.status == pq.ExecStatus.FATAL_ERROR and error is None:
-                error = _result_error(result)
+                error = _result_error(result, self._alk_role)
         pgconn.exit_pipeline_mode()
         self._alk_in_flight = False
         self._alk_unsure = False

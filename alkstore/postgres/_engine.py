@@ -10,18 +10,27 @@ Wakes: a LISTEN thread feeds the store's Wake; NOTIFYs are sent by
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, LiteralString
 
 import psycopg
-import tenacity
 
 from alkstore import _engine, _errors, _events, _sql, _wake
-from alkstore.postgres import _conn, _notify, _owned, _pool, _prepared
+from alkstore.postgres import (
+    _conn,
+    _grants,
+    _listen,
+    _notify,
+    _owned,
+    _pool,
+    _prepared,
+    _session,
+)
 
 log = logging.getLogger("alkstore.postgres")
 
@@ -33,27 +42,9 @@ BULK_MIN = 32  # jobs from which insert_jobs (COPY) beats one INSERT per job (do
 # small scans it whole once it is not (bulk_start's key lookup took 11 ms, not 0.3).
 CUSTOM = frozenset({"bulk_start"})
 PREPARED = ("enqueue", "enqueue_dedupe")  # hot one-statement queries run on libpq (_prepared)
-LISTEN_POLL = 0.25  # seconds: how often the listener thread checks for close()
 CLOSE_WAIT = 2.0  # seconds close() waits for the notifier's last NOTIFY and the listener
 
-translate = _conn.translate
 _translated = _conn.translated
-
-
-def _configure(conn: psycopg.Connection[Any]) -> None:
-    """Pool connections run READ COMMITTED whatever the database default is: the
-    sequencer relies on each statement seeing everything committed before it."""
-    conn.execute("SET default_transaction_isolation TO 'read committed'")
-
-
-def connect_probe(url: str, connect_timeout: float = _pool.DEFAULT_CONNECT_TIMEOUT) -> None:
-    """Fail fast with the server's reason when the database cannot be reached, and
-    within about `connect_timeout` seconds when it does not answer (a URL's own
-    `connect_timeout` wins)."""
-    try:
-        psycopg.connect(_pool.conninfo(url, connect_timeout)).close()
-    except psycopg.Error as exc:
-        raise _errors.StorageError(f"cannot connect to PostgreSQL: {exc}") from exc
 
 
 class PostgresEngine:
@@ -66,31 +57,57 @@ class PostgresEngine:
         *,
         pool_size: int = 10,
         connect_timeout: float = _pool.DEFAULT_CONNECT_TIMEOUT,
+        pooler: bool | None = None,
+        listen_url: str | None = None,
     ) -> None:
         """`connect_timeout` (seconds) bounds every connection attempt of the pool, the
-        notifier and the listener; a `connect_timeout` in the URL wins."""
+        notifier and the listener; a `connect_timeout` in the URL wins. `pooler`: the URL
+        goes through a connection pooler in transaction mode (None: the URL's `pooler=`
+        parameter, else detected); `listen_url`: a direct URL for LISTEN (docs/adr/0020)."""
+        url, url_pooler = _pool.split_pooler(url)
         # the connect timeout and TCP keepalives for every connection we open
         self._conninfo = _pool.conninfo(url, connect_timeout)
-        connect_probe(self._conninfo)
-        self._url = self._conninfo  # what the reserved (lease renewal) connection opens
         self._namespace = namespace
         self._q = _sql.queries(_PACKAGE, namespace)
+        server = _session.probe(self._conninfo, self._q["session_probe"])
+        self.role = server.user  # for the message of a denied privilege
+        self.pooler = next(v for v in (pooler, url_pooler, server.pooled) if v is not None)
+        """True: behind a connection pooler; nothing is left on a session (docs/adr/0020)."""
+        if self.pooler:
+            _session.check_pooled(server)
+        if listen_url is not None:
+            listen_conninfo: str | None = _pool.conninfo(
+                _pool.split_pooler(listen_url)[0], connect_timeout
+            )
+        else:
+            listen_conninfo = None if self.pooler else self._conninfo
+        self._sessions = _session.Sessions(self.pooler, self._q["read_committed"])
+        self._url = self._conninfo  # what the reserved (lease renewal) connection opens
         self._append_name = f"_alkstore_append_{namespace}".encode()
         self._append_sql = self._q["append_event"].encode()
+        # behind a pooler they run unnamed (_conn.Connection.unnamed), on libpq all the same
         self._prepared = _prepared.statements(self._q, PREPARED, namespace)
         self.bulk_min = BULK_MIN
         self.copy_min = COPY_EVENTS_MIN
         # at least 2: the sweep holds one connection while using another
-        self._pool = _pool.Pool(self._conninfo, max(2, pool_size), _configure)
+        self._pool = _pool.Pool(self._conninfo, max(2, pool_size), self._sessions.configure)
         self._wake = _wake.Wake()
         self._closed = threading.Event()
+        self._listening = _listen.Listening(
+            listen_conninfo,
+            self._conninfo,
+            self._q["listen"],
+            self._q["listen_probe"],
+            self._wake,
+            self._closed,
+        )
         self._listener: threading.Thread | None = None
         self._lock = threading.Lock()
         self._in_tx = threading.local()  # .open: a store transaction on this thread
         try:
             with self._pool.connection() as conn:
                 key = _notify.conn_key(namespace, conn)
-                with translate():
+                with self._translate():
                     _sql.check_version(
                         _PACKAGE, _owned.version(conn, self._q)
                     )  # a newer alkstore's?
@@ -98,6 +115,9 @@ class PostgresEngine:
             self._pool.close()
             raise
         self.notifier = _notify.Notifier(self._conninfo, self._q["notify"], self._closed, key)
+
+    def _translate(self, operation: str | None = None) -> contextlib.AbstractContextManager[None]:
+        return _conn.translate(operation, self.role)
 
     @property
     def name(self) -> Literal["postgres"]:
@@ -112,10 +132,7 @@ class PostgresEngine:
         if self._listener is None:
             with self._lock:
                 if self._listener is None:
-                    self._listener = threading.Thread(
-                        target=self._listen, name="alkstore-pg-listen", daemon=True
-                    )
-                    self._listener.start()
+                    self._listener = _listen.start(self._listening.run)
         return self._wake
 
     @contextmanager
@@ -138,7 +155,7 @@ class PostgresEngine:
         failing ROLLBACK never hides the exception that caused it. Until it ends, the
         engine's other calls on this thread raise TransactionOpen (docs/adr/0016)."""
         with self.connection() as conn:
-            with translate():
+            with self._translate():
                 conn.begin()
             self._in_tx.open = True
             try:
@@ -147,7 +164,7 @@ class PostgresEngine:
                 except BaseException:
                     conn.rollback_store()
                     raise
-                with translate():
+                with self._translate():
                     conn.commit_store()
             finally:
                 self._in_tx.open = False
@@ -167,33 +184,56 @@ class PostgresEngine:
         return [m for m in _sql.migrations(_PACKAGE, self._namespace) if m[0] not in applied]
 
     def migrate(self) -> list[int]:
+        """Apply what is pending. With nothing pending it reads and creates nothing, so a
+        role without CREATE privileges can run it (docs/adr/0020)."""
         done = []
-        with self.transaction() as conn, translate():
+        with self.transaction() as conn, self._translate():
             conn.execute(self._q["lock_migrations"])  # one migrating process at a time
-            conn.execute(self._q["create_schema"])
-            conn.execute(self._q["create_migrations_table"])
+            schema, table = self._state(conn)
+            if not schema:
+                conn.execute(self._q["create_schema"])
+            if not table:
+                conn.execute(self._q["create_migrations_table"])
             for version, name, ddl in self._pending(conn):
                 conn.execute(ddl)
                 conn.execute(self._q["record_migration"], (version, name))
                 done.append(version)
         return done
 
+    def _state(self, conn: psycopg.Connection[Any]) -> tuple[bool, bool]:
+        """(the namespace's schema exists, its schema_migrations table exists)"""
+        row = conn.execute(self._q["schema_state"]).fetchone()
+        return (bool(row[0]), bool(row[1])) if row else (False, False)
+
     def pending(self) -> list[int]:
-        with self.connection() as conn, translate():
+        with self.connection() as conn, self._translate():
             return [version for version, _, _ in self._pending(conn)]
 
     def ddl(self, *, pending_only: bool) -> str:
+        """The DDL, each migration followed by the INSERT that records it: applied by hand
+        (psql), `migrate` and `sql --pending` then find nothing to do (docs/adr/0020)."""
+        schema = table = False
         if pending_only:
-            with self.connection() as conn, translate():
+            with self.connection() as conn, self._translate():
                 todo = self._pending(conn)
+                schema, table = self._state(conn)
             if not todo:
                 return ""
         else:
             todo = _sql.migrations(_PACKAGE, self._namespace)
-        parts = [self._q["create_schema"] + ";", self._q["create_migrations_table"] + ";"]
+        parts = [] if schema else [self._q["create_schema"] + ";"]
+        if not table:
+            parts.append(self._q["create_migrations_table"] + ";")
         for version, name, ddl in todo:
-            parts.append(f"-- migration {version:04d}_{name}\n{ddl.strip()}")
+            done = _sql.recorded(self._q["record_migration"], version, name)
+            parts.append(f"-- migration {version:04d}_{name}\n{ddl.strip()}\n{done}")
         return "\n\n".join(parts) + "\n"
+
+    def grants(self, roles: Mapping[str, str]) -> str:
+        with self.connection() as conn:
+            dbname = conn.info.dbname
+        version = _sql.latest_version(_PACKAGE)
+        return _grants.grants(self._namespace, dbname, roles, version)
 
     # -- the log ---------------------------------------------------------------------
 
@@ -202,7 +242,7 @@ class PostgresEngine:
         `copy_min` events on, one COPY (docs/adr/0013), which reads the replies in flight
         first and raises its own error here."""
         if len(rows) >= self.copy_min and conn.can_pipeline:
-            with translate(), conn.cursor().copy(self._q["copy_events"]) as copy:
+            with self._translate(), conn.cursor().copy(self._q["copy_events"]) as copy:
                 write = copy.write_row
                 for row in rows:
                     write(row)
@@ -212,22 +252,31 @@ class PostgresEngine:
             _owned.insert(conn, self._q["insert_event"], rows)
 
     def sequence(self) -> None:
-        with self.connection() as conn, translate():
+        with self.connection() as conn, self._translate():
             while self._sequence(conn) == SEQUENCE_BATCH:
                 pass
 
     def holdups(self) -> list[tuple[int, float, str, str]]:
         """Writing transactions open in this database, oldest first: (pid, age s, state, query).
 
-        They never stall the log (ADR 0004); their events appear when they commit."""
-        with self.connection() as conn, translate():
+        They never stall the log (ADR 0004); their events appear when they commit. One
+        that began under a second ago and is running a statement is work in flight (a
+        claim), not listed; nor is a session this role may not see (`hidden_holdups`)."""
+        with self.connection() as conn, self._translate():
             return conn.execute(self._q["oldest_writers"]).fetchall()
+
+    def hidden_holdups(self) -> int:
+        """Writing transactions of other roles, whose start and query this role may not see
+        without pg_read_all_stats (docs/adr/0020)."""
+        with self.connection() as conn, self._translate():
+            row = conn.execute(self._q["hidden_writers"]).fetchone()
+            return int(row[0]) if row else 0
 
     def backlog(self) -> tuple[int, tuple[int, float, str, str] | None]:
         """(committed events no reader numbered yet, the oldest open transaction that
         appended events to this namespace) — ADR 0004: nothing waits for them, but an
         operator asking "where is my event?" sees them."""
-        with self.connection() as conn, translate():
+        with self.connection() as conn, self._translate():
             row = conn.execute(self._q["unsequenced"]).fetchone()
             appender = conn.execute(self._q["oldest_appender"]).fetchone()
             return (int(row[0]) if row else 0), appender
@@ -239,7 +288,7 @@ class PostgresEngine:
 
     def read(self, after: int, limit: int) -> list[_engine.LogEntry]:
         decode_headers = _events.codec.decode_headers
-        with self.connection() as conn, translate():
+        with self.connection() as conn, self._translate():
             # enough numbered to fill `limit`, SEQUENCE_BATCH rows per statement at most
             todo = limit
             while self._sequence(conn) == SEQUENCE_BATCH and todo > SEQUENCE_BATCH:
@@ -251,7 +300,7 @@ class PostgresEngine:
             ]
 
     def head(self) -> int:
-        with self.connection() as conn, translate():
+        with self.connection() as conn, self._translate():
             while self._sequence(conn) == SEQUENCE_BATCH:
                 pass
             row = conn.execute(self._q["head"]).fetchone()
@@ -277,7 +326,7 @@ class PostgresEngine:
             cursor = psycopg.Cursor(conn).execute(self._q[name], params)
             return cursor.fetchall() if cursor.description else []
         except psycopg.Error as exc:
-            raise _translated(exc) from exc
+            raise _translated(exc, name, self.role) from exc
         finally:
             self._pool.put(conn)
 
@@ -287,9 +336,9 @@ class PostgresEngine:
             try:
                 return statement.run_in(conn, params)
             except psycopg.Error as exc:
-                raise _translated(exc) from exc
+                raise _translated(exc, name, self.role) from exc
         prepare = False if name in CUSTOM else None
-        with translate():
+        with self._translate(name):
             if conn.pgconn.pipeline_status:  # the application's pipeline: a nested block's
                 with conn.pipeline():  # exit syncs, so the reply is there to read
                     cursor = conn.execute(self._q[name], params, prepare=prepare)
@@ -303,7 +352,7 @@ class PostgresEngine:
         """One psycopg executemany (pipelined: one round trip for the batch)."""
         if not params_seq:
             return []
-        with translate():
+        with self._translate(name):
             cursor = conn.cursor()
             cursor.executemany(self._q[name], params_seq, returning=True)
             results = [cursor.fetchall() if cursor.description else []]
@@ -332,21 +381,21 @@ class PostgresEngine:
         except psycopg.errors.UniqueViolation as exc:
             if exc.diag.constraint_name == "jobs_dedupe":
                 raise _engine.KeyTaken() from exc
-            raise _translated(exc) from exc
+            raise _translated(exc, None, self.role) from exc
         except psycopg.Error as exc:
-            raise _translated(exc) from exc
+            raise _translated(exc, None, self.role) from exc
 
     def now_ms(self) -> int:
         """The server's clock (allowed inside a store transaction: it reads no table)."""
         if self._closed.is_set():
             raise _errors.AlkstoreError("the store is closed")
-        with self._pool.connection() as conn, translate():
+        with self._pool.connection() as conn, self._translate():
             row = conn.execute(self._q["db_now"], {"now": None}).fetchone()
             assert row is not None
             return int(row[0])
 
     def reserved(self) -> _Reserved:
-        return _Reserved(self._url, self._q, self._closed)
+        return _Reserved(self._url, self._q, self._closed, self._sessions, self.role)
 
     @contextmanager
     def sweep_lock(self, now_ms: int | None) -> Iterator[bool]:
@@ -354,7 +403,7 @@ class PostgresEngine:
         on its own pooled connection while the sweep's batches run on others: the end of
         that transaction or of its session releases it (ADR 0006 addendum 2026-12-01)."""
         with self.connection() as conn:
-            with translate():
+            with self._translate():
                 conn.begin()
                 try:
                     row = conn.execute(self._q["sweep_try_lock"]).fetchone()
@@ -371,31 +420,6 @@ class PostgresEngine:
                     log.warning("the sweep lock's transaction did not end cleanly: %s", exc)
 
     # -- wake ------------------------------------------------------------------------
-
-    def _listen(self) -> None:
-        """LISTEN on the namespace channel; fire the wake on every notification."""
-        wait = tenacity.wait_random_exponential(multiplier=0.05, max=5)
-        trouble = _wake.Trouble("PostgreSQL LISTEN")
-        attempt = 0
-        while not self._closed.is_set():
-            try:
-                with psycopg.connect(self._conninfo, autocommit=True) as conn:
-                    conn.execute(self._q["listen"])
-                    attempt = 0
-                    trouble.recovered()
-                    self._wake.fire()  # anything may have happened while we were away
-                    while not self._closed.is_set():
-                        for _ in conn.notifies(timeout=LISTEN_POLL):
-                            self._wake.fire()
-            except psycopg.Error as exc:
-                attempt += 1
-                self._wake.fire()
-                delay = wait(_retry_state(attempt))
-                if not self._closed.is_set():
-                    trouble.failed(
-                        exc, f"reconnecting in {delay:.2f} s; consumers re-poll meanwhile"
-                    )
-                self._closed.wait(delay)
 
     def close(self) -> None:
         """Stop the threads and close idle connections, in at most about CLOSE_WAIT s.
@@ -416,10 +440,19 @@ class _Reserved:
     """A connection of its own, outside the pool: lease renewal never waits for one the
     application's handlers hold (ADR 0012). Connects on first use and after a failure."""
 
-    def __init__(self, url: str, queries: dict[str, LiteralString], closed: threading.Event):
+    def __init__(
+        self,
+        url: str,
+        queries: dict[str, LiteralString],
+        closed: threading.Event,
+        sessions: _session.Sessions,
+        role: str,
+    ):
         self._url = url
         self._q = queries
         self._closed = closed
+        self._sessions = sessions
+        self.role = role
         self._conn: psycopg.Connection[Any] | None = None
 
     def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -428,22 +461,16 @@ class _Reserved:
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = psycopg.connect(self._url, autocommit=True)  # timeout: conninfo
-                _configure(self._conn)
+                self._sessions.configure(self._conn)
             cursor = self._conn.execute(self._q[name], params)
             return cursor.fetchall() if cursor.description else []
         except psycopg.Error as exc:
             if self._conn is not None and self._conn.broken:
                 self._conn.close()
                 self._conn = None
-            raise _translated(exc) from exc
+            raise _translated(exc, name, self.role) from exc
 
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-
-
-def _retry_state(attempt: int) -> tenacity.RetryCallState:
-    state = tenacity.RetryCallState(tenacity.Retrying(), None, (), {})
-    state.attempt_number = attempt
-    return state

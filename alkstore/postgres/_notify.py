@@ -142,9 +142,9 @@ class Notifier:
             cause: BaseException | str
             try:
                 if conn is None or conn.closed:
+                    # No SET on the session, which a pooler may hand to other clients:
+                    # the query turns synchronous_commit off for its own commit only.
                     conn = psycopg.connect(self._conninfo, autocommit=True)
-                    # NOTIFY assigns an xid, so it commits: a hint needs no WAL flush
-                    conn.execute("SET synchronous_commit TO off")
                 # libpq directly (it releases the GIL): a third of a psycopg execute's CPU
                 result = conn.pgconn.exec_(self._query)
                 if result.status == pq.ExecStatus.TUPLES_OK:

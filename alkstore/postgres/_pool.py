@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import conninfo as _conninfo
@@ -45,6 +46,32 @@ if pq.version() >= 120000:  # libpq 12 added tcp_user_timeout
     KEEPALIVES["tcp_user_timeout"] = "30000"  # milliseconds
 
 
+POOLER_PARAM = "pooler"  # alkstore's own URL parameter, never passed to libpq
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def split_pooler(url: str) -> tuple[str, bool | None]:
+    """`url` without alkstore's `pooler=` parameter, and its value (None: not given).
+
+    libpq refuses parameters it does not know, so alkstore takes its own out first."""
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise _errors.InvalidURL(url, str(exc)) from None
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    values = [value for key, value in pairs if key == POOLER_PARAM]
+    if not values:
+        return url, None
+    text = values[-1].lower()
+    if text not in _TRUE + _FALSE:
+        raise _errors.InvalidURL(
+            url, f"{POOLER_PARAM}={values[-1]!r}: use {POOLER_PARAM}=true or {POOLER_PARAM}=false"
+        )
+    rest = urlencode([(key, value) for key, value in pairs if key != POOLER_PARAM])
+    return urlunsplit(parts._replace(query=rest)), text in _TRUE
+
+
 def conninfo(url: str, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> str:
     """`url` as a libpq conninfo string with alkstore's connection defaults added.
 
@@ -63,7 +90,8 @@ def conninfo(url: str, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> str:
 
 
 class Pool:
-    """Up to `size` autocommit connections to `conninfo` (build it with `conninfo()`)."""
+    """Up to `size` autocommit connections to `conninfo` (build it with `conninfo()`);
+    `configure` runs on each new one."""
 
     def __init__(
         self, conninfo: str, size: int, configure: Callable[[_conn.Connection], None]

@@ -14,7 +14,7 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -215,9 +215,16 @@ class SqliteEngine:
         else:
             todo = _sql.migrations(_PACKAGE, self._namespace)
         parts = [self._q["create_migrations_table"] + ";"]
-        for version, name, ddl in todo:
-            parts.append(f"-- migration {version:04d}_{name}\n{ddl.strip()}")
+        record = self._q["record_migration"]
+        for version, name, ddl in todo:  # each records itself: `migrate` sees it applied
+            done = _sql.recorded(record, version, name)
+            parts.append(f"-- migration {version:04d}_{name}\n{ddl.strip()}\n{done}")
         return "\n\n".join(parts) + "\n"
+
+    def grants(self, roles: Mapping[str, str]) -> str:
+        raise _errors.InvalidArgument(
+            "GRANTs are PostgreSQL's: SQLite has no roles (its file's permissions decide)"
+        )
 
     # -- the log ---------------------------------------------------------------------
 
@@ -250,6 +257,9 @@ class SqliteEngine:
 
     def holdups(self) -> list[tuple[int, float, str, str]]:
         return []
+
+    def hidden_holdups(self) -> int:
+        return 0
 
     def backlog(self) -> tuple[int, tuple[int, float, str, str] | None]:
         """Nothing waits for a position: rowid order is commit order."""
@@ -444,6 +454,8 @@ def _storage_error(conn: apsw.Connection, namespace: str, exc: apsw.Error) -> _e
     database is DatabaseBusy, which says the transaction can be retried)."""
     if isinstance(exc, apsw.BusyError):
         return _errors.DatabaseBusy(str(exc))
+    if isinstance(exc, apsw.ReadOnlyError | apsw.PermissionsError | apsw.AuthError):
+        return _errors.PermanentError(f"{type(exc).__name__}: {exc}")  # no retry fixes it
     if isinstance(exc, apsw.SQLError):
         tables = (f"{namespace}__events", f"{namespace}__jobs")
         if not all(_table_exists(conn, table) for table in tables):

@@ -39,11 +39,20 @@ def _say(error: BaseException, code: int) -> int:
     return code
 
 
+def listen_url(args: argparse.Namespace) -> str | None:
+    """--listen-db, else $ALKSTORE_LISTEN_DB unless the database is SQLite's."""
+    if args.listen_db:
+        return str(args.listen_db)
+    env = os.environ.get("ALKSTORE_LISTEN_DB")
+    db = args.db or os.environ.get("ALKSTORE_DB") or _parser.DEFAULT_DB
+    return env if env and not db.lower().startswith("sqlite") else None
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
         if args.command == "worker":
             return _processes.worker(args)
-        store = alkstore.connect(args.db, namespace=args.namespace)
+        store = alkstore.connect(args.db, namespace=args.namespace, listen_url=listen_url(args))
     except (_commands.UsageError, _processes.LoadError) as exc:
         return _say(exc, 2)
     except alkstore.AlkstoreError as exc:  # also what a worker's run() raises

@@ -30,6 +30,18 @@ def migrate(store: alkstore.Store, args: argparse.Namespace) -> int:
 
 
 def sql(store: alkstore.Store, args: argparse.Namespace) -> int:
+    parts = ("admin", "producer", "worker", "relay", "reader")
+    roles = {part: getattr(args, part) for part in parts if getattr(args, part)}
+    if args.grants:
+        if args.pending:
+            raise UsageError("sql --grants and --pending do not go together")
+        if not roles:
+            options = ", ".join(f"--{part} ROLE" for part in parts)
+            raise UsageError(f"sql --grants needs a role: {options}")
+        sys.stdout.write(store.grants(**roles))
+        return 0
+    if roles:
+        raise UsageError(f"--{next(iter(roles))} goes with sql --grants")
     ddl = store.sql(pending_only=args.pending)
     if ddl:
         sys.stdout.write(ddl)
@@ -77,6 +89,10 @@ def replayed(r: alkstore.Replay) -> str:
     pruned = last - r.checkpoint - r.redelivered
     if pruned and not r.redelivered:
         span += ", all pruned by retention"
+    elif r.gap is not None:
+        first_gone, last_gone = r.gap
+        gone = str(first_gone) if first_gone == last_gone else f"{first_gone}-{last_gone}"
+        span += f"; {gone} pruned by retention"
     elif pruned:
         span += f", {pruned} pruned by retention"
     return f"{r.queue}: {events(r.redelivered)} will be delivered again ({span})"
@@ -85,6 +101,10 @@ def replayed(r: alkstore.Replay) -> str:
 def status(store: alkstore.Store, args: argparse.Namespace) -> int:
     status = store.status()
     print(f"log head: {status.head}")
+    retained = status.oldest_retained
+    if status.head and (retained is None or retained > 1):  # retention pruned the start
+        last_gone = status.head if retained is None else retained - 1
+        print(f"oldest retained position: {retained or 'none'} (1-{last_gone} pruned)")
     if status.unsequenced:
         print(
             f"unsequenced: {status.unsequenced} committed "
@@ -102,10 +122,18 @@ def status(store: alkstore.Store, args: argparse.Namespace) -> int:
             f"jobs ready {stats.ready}, scheduled {stats.scheduled}, active {stats.active}, "
             f"dead {stats.dead}{oldest}"
         )
+        if lag.gap is not None:
+            first, last = lag.gap
+            print(f"    never had positions {first}-{last}: pruned by retention before it asked")
     for holdup in status.holdups:
         print(
             f"open writing transaction: pid {holdup.pid}, {holdup.age:.1f}s old, {holdup.state}: "
             f"{holdup.query!r} (its events appear when it commits)"
+        )
+    if status.hidden_holdups:
+        print(
+            f"open writing transactions of other roles: {status.hidden_holdups}, not shown "
+            "(this role lacks pg_read_all_stats)"
         )
     holding = status.oldest_appender
     if holding is not None:

@@ -102,6 +102,15 @@ def build() -> Parser:
         "--namespace",
         help=_default("schema / table prefix", "ALKSTORE_NAMESPACE", DEFAULT_NAMESPACE),
     )
+    common.add_argument(
+        "--listen-db",
+        help=_default(
+            "PostgreSQL URL that reaches the server directly, for LISTEN when --db goes "
+            "through a connection pooler",
+            "ALKSTORE_LISTEN_DB",
+            "none",
+        ),
+    )
     running = Parser(add_help=False)  # what relay, scheduler and worker share
     running.add_argument(
         "-v",
@@ -124,6 +133,11 @@ def build() -> Parser:
     sql.add_argument(
         "--pending", action="store_true", help="only what `migrate` would run on this database"
     )
+    sql.add_argument(
+        "--grants", action="store_true", help="the GRANTs for the roles named below (PostgreSQL)"
+    )
+    for part in ("admin", "producer", "worker", "relay", "reader"):
+        sql.add_argument(f"--{part}", metavar="ROLE", help=f"--grants: the {part} role")
     events = commands.add_parser("events", parents=[common], help="read or replay the event log")
     events.add_argument("action", choices=["tail", "replay"])
     events.add_argument("--after", type=count(0), default=0, help="tail: start after this position")

@@ -93,7 +93,7 @@ def scheduler(store: alkstore.Store, args: argparse.Namespace) -> int:
 
 
 def load_worker(args: argparse.Namespace) -> Worker:
-    """Import MODULE:OBJECT with `--db` / `--namespace` in the environment, for the
+    """Import MODULE:OBJECT with `--db` / `--namespace` / `--listen-db` in the environment, for the
     module's own `alkstore.connect()`; flags win over the variables, which are kept
     when no flag is given. A store on another namespace or engine than the flags or
     variables ask for is refused."""
@@ -106,6 +106,8 @@ def load_worker(args: argparse.Namespace) -> Worker:
         os.environ["ALKSTORE_DB"] = args.db
     if args.namespace is not None:
         os.environ["ALKSTORE_NAMESPACE"] = args.namespace
+    if args.listen_db is not None:
+        os.environ["ALKSTORE_LISTEN_DB"] = args.listen_db
     module_name, _, path = target.partition(":")
     sys.path.insert(0, os.getcwd())
     try:

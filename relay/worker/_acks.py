@@ -87,6 +87,8 @@ class Acks:
             try:
                 lost = set(self._store.queue(name).ack_many(jobs))
             except alkstore.StorageError as exc:
+                if isinstance(exc, alkstore.PermanentError):
+                    raise  # the worker stops (its jobs come back when their leases end)
                 log.warning("ack of %d jobs failed (%s); trying again", len(jobs), exc)
                 self._counters.add("reconnect", 1, name)
                 failed.extend(entries)

@@ -80,6 +80,11 @@ class Dispatcher:
                     ctx.slots.give(name, free)
                     ctx.counters.add("reconnect", 1, name)
                     failures += 1
+                    if isinstance(exc, alkstore.PermanentError):  # no retry fixes it
+                        log.error("claim on %s failed (%s); stopping the worker", name, exc)
+                        self.gave_up = exc
+                        ctx.stop.set()
+                        return
                     if self._once and failures >= ONCE_ATTEMPTS:
                         log.error("claim on %s failed %d times (%s); ending", name, failures, exc)
                         self.gave_up = exc

@@ -63,6 +63,8 @@ class LeaseKeeper:
                 try:
                     lost = renewal.renew([item.job for item in items])
                 except alkstore.StorageError as exc:
+                    if isinstance(exc, alkstore.PermanentError):
+                        raise  # the worker stops
                     log.warning("lease renewal of %d jobs failed: %s", len(items), exc)
                     self._counters.add("reconnect")
                     retry_at = now + RETRY_AFTER
@@ -115,6 +117,8 @@ class LeaseKeeper:
         try:
             renewal.mark_started([item.job for item in due])
         except alkstore.StorageError as exc:  # tried again next tick
+            if isinstance(exc, alkstore.PermanentError):
+                raise  # the worker stops
             log.warning("could not record %d job starts (%s)", len(due), exc)
             return
         for item in due:

@@ -105,6 +105,8 @@ class Worker:
         At startup the database must be reachable and migrated (StorageError,
         NotMigrated). Later claim failures are logged and retried with backoff; with
         once=True, ONCE_ATTEMPTS failures in a row end the drain with the last error.
+        A permanent error (`alkstore.PermanentError`: a missing privilege or table) of
+        any part of the worker stops it at once and is raised (docs/adr/0020).
         Raises WorkerCrashed if one of the worker's own threads failed (never for what a
         handler does): a supervisor should restart the process."""
         names = list(self.handlers) if queues is None else list(queues)
@@ -174,6 +176,8 @@ class Worker:
         finally:
             self._stop.set()
             self._shutdown(acks, pool, loop, loop_thread, helpers)
+        if isinstance(self._crash, alkstore.PermanentError):
+            raise self._crash
         if self._crash is not None:
             raise WorkerCrashed(
                 f"the worker stopped: {type(self._crash).__name__}: {self._crash}"
@@ -188,6 +192,11 @@ class Worker:
         def guarded() -> None:
             try:
                 target(*args)
+            except alkstore.PermanentError as exc:  # one line: the fix is the database's
+                log.error("worker thread %s: %s; stopping the worker", name, exc)
+                if self._crash is None:
+                    self._crash = exc
+                self.stop()
             except BaseException as exc:
                 log.critical("worker thread %s failed; stopping the worker", name, exc_info=True)
                 if self._crash is None:
@@ -195,6 +204,9 @@ class Worker:
                 self.stop()
 
         return threading.Thread(target=guarded, name=name, daemon=True)
+
+    def _permanent(self) -> bool:
+        return isinstance(self._crash, alkstore.PermanentError)
 
     def _report(self, job: alkstore.Job[Any], kind: str, seconds: float) -> None:
         if self.on_outcome is None:
@@ -243,6 +255,8 @@ class Worker:
             try:
                 self.store.sweep()
             except alkstore.StorageError as exc:
+                if isinstance(exc, alkstore.PermanentError):
+                    raise  # the worker stops
                 log.warning("maintenance failed: %s", exc)
             if self._done.wait(self.maintenance_every):
                 return
@@ -255,7 +269,8 @@ class Worker:
         loop_thread: threading.Thread | None,
         helpers: list[threading.Thread],
     ) -> None:
-        deadline = time.monotonic() + self.grace
+        # A permanent error (a missing privilege) fails the acks too: no grace to wait out
+        deadline = time.monotonic() + (0 if self._permanent() else self.grace)
         while len(self._inflight) and time.monotonic() < deadline:
             time.sleep(0.01)
         for item in self._inflight.abandon_all():

@@ -74,7 +74,7 @@ def test_a_replay_over_pruned_events_counts_only_what_is_left(backend: Backend) 
         relay_all(store)
         clock.advance(3_600)
         assert store.prune_log(older_than=60) == 7
-        assert store.replay("q", 1) == alkstore.Replay("q", 7, 0, 0, 0)
+        assert store.replay("q", 1) == alkstore.Replay("q", 7, 0, 0, 0, gap=(1, 7))
         (lag,) = store.status().subscriptions
         assert (lag.checkpoint, lag.events, lag.seconds) == (0, 0, None), (
             "status counted pruned positions as events still to relay"
@@ -82,7 +82,8 @@ def test_a_replay_over_pruned_events_counts_only_what_is_left(backend: Backend) 
 
         append(store, 3, first=8)
         relay_all(store)
-        assert store.replay("q", 3) == alkstore.Replay("q", 10, 2, 3, 0)  # 8-10 are left
+        # 8-10 are left; 3-7 were pruned (docs/adr/0020)
+        assert store.replay("q", 3) == alkstore.Replay("q", 10, 2, 3, 0, gap=(3, 7))
         (lag,) = store.status().subscriptions
         assert (lag.checkpoint, lag.events) == (2, 3)
         assert lag.seconds is not None

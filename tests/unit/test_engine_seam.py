@@ -24,12 +24,17 @@ ENGINE_ONLY: dict[str, dict[str, str]] = {
         "bulk_ids": "a bulk COPY's ids; SQLite's bulk_insert returns them",
         "create_schema": "the namespace is a schema; on SQLite it is a table-name prefix",
         "migrations_table_exists": "to_regclass; SQLite reads sqlite_master (_table_exists)",
+        "schema_state": "the namespace is a schema; on SQLite it is a table-name prefix",
         "lock_migrations": "an advisory lock; SQLite's BEGIN IMMEDIATE serialises migrate",
         "listen": "LISTEN/NOTIFY wakes; SQLite watches the database files (_watch.py)",
         "notify": "LISTEN/NOTIFY wakes; SQLite watches the database files (_watch.py)",
+        "listen_probe": "LISTEN/NOTIFY wakes; SQLite watches the database files (_watch.py)",
+        "session_probe": "a pooler between us and the server; SQLite has no server",
+        "read_committed": "a session setting; SQLite's one writer needs no isolation level",
         "sequence_events": "commit-order positions (ADR 0004); SQLite's one writer needs none",
         "unsequenced": "commit-order positions (ADR 0004); SQLite's one writer needs none",
         "oldest_writers": "pg_stat_activity; SQLite has one writer and no such view",
+        "hidden_writers": "pg_stat_activity; SQLite has one writer and no such view",
         "oldest_appender": "pg_locks on the events table (ADR 0004); SQLite has one writer",
         "sweep_try_lock": "an advisory lock; SQLite's sweep takes a lease row (lock_acquire)",
     },
@@ -84,7 +89,7 @@ def test_namespace_is_substituted_everywhere() -> None:
 def test_memory_engine_is_an_engine() -> None:
     engine: _engine.Engine = SqliteEngine(":memory:", "seam")
     try:
-        assert engine.migrate() == [1, 2, 3, 4, 5, 6]
+        assert engine.migrate() == [1, 2, 3, 4, 5, 6, 7]
         assert engine.head() == 0
     finally:
         engine.close()

@@ -13,6 +13,12 @@ CREATE TABLE IF NOT EXISTS {ns}.schema_migrations (
     applied_at timestamptz NOT NULL DEFAULT now()
 )
 
+-- name: schema_state
+-- Does the namespace's schema exist, and its schema_migrations table? (migrate creates only
+-- what is missing: CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when the
+-- schema is there.)
+SELECT to_regnamespace('{ns}') IS NOT NULL, to_regclass('{ns}.schema_migrations') IS NOT NULL
+
 -- name: migrations_table_exists
 SELECT to_regclass('{ns}.schema_migrations') IS NOT NULL
 
@@ -50,10 +56,27 @@ LIMIT %s
 SELECT head FROM {ns}.log_head
 
 -- name: notify
-SELECT pg_notify('__alkstore_{ns}', '')
+-- NOTIFY assigns an xid, so it commits: a wake hint needs no WAL flush. set_config(...,
+-- true) is SET LOCAL: it holds for this statement's transaction (whose commit reads it)
+-- and never stays on the session, which a pooler may hand to others (docs/adr/0020).
+SELECT pg_notify('__alkstore_{ns}', ''), set_config('synchronous_commit', 'off', true)
 
 -- name: listen
 LISTEN __alkstore_{ns}
+
+-- name: listen_probe
+-- A NOTIFY the LISTEN thread sends itself after LISTEN: no answer, no wakes (docs/adr/0020).
+SELECT pg_notify('__alkstore_{ns}', %(token)s)
+
+-- name: session_probe
+-- At connect: the server's pid for this session (a pooler gives the client another one)
+-- and the isolation level sessions start with (docs/adr/0020).
+SELECT pg_backend_pid(), current_setting('default_transaction_isolation')
+
+-- name: read_committed
+-- On a directly connected session only (never through a pooler): the sequencer relies on
+-- each statement seeing everything committed before it (ADR 0004).
+SET default_transaction_isolation TO 'read committed'
 
 -- name: now_fragment
 -- `{now}` in every query: the injected test clock's `now`, else the server's clock at the

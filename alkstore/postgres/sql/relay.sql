@@ -1,12 +1,16 @@
 -- Subscriptions, the relay's batch step, named leases. {ns}: the schema.
 
 -- name: subscribe
-INSERT INTO {ns}.subscriptions (queue, events, patterns, checkpoint, updated_at)
+-- A new subscription records the positions it asked for that retention had pruned (the
+-- gap, docs/adr/0020); an existing one keeps its checkpoint and gap.
+INSERT INTO {ns}.subscriptions (queue, events, patterns, checkpoint, updated_at,
+                                gap_first, gap_last)
 VALUES (%(queue)s, %(events)s::jsonb,
-        ARRAY(SELECT jsonb_array_elements_text(%(patterns)s::jsonb)), %(checkpoint)s, {now})
+        ARRAY(SELECT jsonb_array_elements_text(%(patterns)s::jsonb)), %(checkpoint)s, {now},
+        %(gap_first)s, %(gap_last)s)
 ON CONFLICT (queue) DO UPDATE SET
     events = excluded.events, patterns = excluded.patterns, updated_at = excluded.updated_at
-RETURNING checkpoint
+RETURNING checkpoint, gap_first, gap_last
 
 -- name: unsubscribe
 DELETE FROM {ns}.subscriptions WHERE queue = %(queue)s RETURNING queue
@@ -14,11 +18,14 @@ DELETE FROM {ns}.subscriptions WHERE queue = %(queue)s RETURNING queue
 -- name: subscriptions
 -- Queue names in byte order, as on SQLite, whatever the database's collation (ADR 0006,
 -- addendum 2026-12-01).
-SELECT queue, events::text, checkpoint, updated_at FROM {ns}.subscriptions
+SELECT queue, events::text, checkpoint, updated_at, gap_first, gap_last
+FROM {ns}.subscriptions
 ORDER BY queue COLLATE "C"
 
 -- name: set_checkpoint
-UPDATE {ns}.subscriptions SET checkpoint = %(checkpoint)s, updated_at = {now}
+-- A replay: the new checkpoint and the gap it asked for (NULL: none; docs/adr/0020).
+UPDATE {ns}.subscriptions SET checkpoint = %(checkpoint)s, updated_at = {now},
+    gap_first = %(gap_first)s, gap_last = %(gap_last)s
 WHERE queue = %(queue)s RETURNING queue
 
 -- name: replay_start
@@ -87,6 +94,10 @@ LEFT JOIN LATERAL (
     WHERE e.position > s.checkpoint ORDER BY e.position LIMIT 1) AS f ON true
 ORDER BY s.queue COLLATE "C"
 
+-- name: oldest_position
+-- The oldest position still in the log (NULL: none): retention pruned those before it.
+SELECT min(position) FROM {ns}.events
+
 -- name: prune_log
 DELETE FROM {ns}.events WHERE id IN (
     SELECT id FROM {ns}.events
@@ -96,10 +107,24 @@ DELETE FROM {ns}.events WHERE id IN (
 RETURNING id
 
 -- name: oldest_writers
-SELECT pid, extract(epoch FROM now() - xact_start)::float8, state, left(query, 200)
+-- Writing transactions open in this database, oldest first (docs/adr/0020). One that
+-- began under a second ago and is running a statement (an alkstore claim, a relay batch)
+-- is work in progress, not a transaction held open: left out; one idle in transaction is
+-- listed at any age. Ages count to clock_timestamp(), never below 0.
+-- Another role's sessions show no start or query to a role without pg_read_all_stats:
+-- left out here, counted by hidden_writers.
+SELECT pid, greatest(extract(epoch FROM clock_timestamp() - xact_start), 0)::float8, state,
+       left(query, 200)
 FROM pg_stat_activity
 WHERE backend_xid IS NOT NULL AND datname = current_database() AND pid <> pg_backend_pid()
+  AND xact_start IS NOT NULL
+  AND NOT (state = 'active' AND xact_start > clock_timestamp() - interval '1 second')
 ORDER BY xact_start LIMIT 5
+
+-- name: hidden_writers
+-- Writing transactions whose details this role may not see (see oldest_writers).
+SELECT count(*) FROM pg_stat_activity
+WHERE backend_xid IS NOT NULL AND datname = current_database() AND xact_start IS NULL
 
 -- name: unsequenced
 -- Committed events that no reader has numbered yet (the partial index on them).
@@ -110,11 +135,15 @@ SELECT count(*) FROM {ns}.events WHERE position IS NULL
 -- its events are unsequenced until it commits (ADR 0004). Writing takes ROW EXCLUSIVE
 -- on the table until the transaction ends; so do our own sequencer and pruning, for
 -- the length of one statement.
-SELECT a.pid, extract(epoch FROM now() - a.xact_start)::float8, a.state, left(a.query, 200)
+-- Work in progress (our sequencer's statement) and sessions whose details this role may
+-- not see are left out, as in oldest_writers.
+SELECT a.pid, greatest(extract(epoch FROM clock_timestamp() - a.xact_start), 0)::float8,
+       a.state, left(a.query, 200)
 FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
 WHERE l.locktype = 'relation' AND l.relation = '{ns}.events'::regclass
   AND l.mode = 'RowExclusiveLock' AND l.granted
-  AND a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid()
+  AND a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid() AND a.xact_start IS NOT NULL
+  AND NOT (a.state = 'active' AND a.xact_start > clock_timestamp() - interval '1 second')
 ORDER BY a.xact_start LIMIT 1
 
 -- name: lock_acquire

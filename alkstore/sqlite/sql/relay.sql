@@ -1,20 +1,26 @@
 -- Subscriptions, the relay's batch step, named leases. {ns}: the table prefix.
 
 -- name: subscribe
-INSERT INTO {ns}__subscriptions (queue, events, patterns, checkpoint, updated_at)
-VALUES (:queue, :events, :patterns, :checkpoint, {now})
+-- A new subscription records the positions it asked for that retention had pruned (the
+-- gap, docs/adr/0020); an existing one keeps its checkpoint and gap.
+INSERT INTO {ns}__subscriptions (queue, events, patterns, checkpoint, updated_at,
+                                 gap_first, gap_last)
+VALUES (:queue, :events, :patterns, :checkpoint, {now}, :gap_first, :gap_last)
 ON CONFLICT (queue) DO UPDATE SET
     events = excluded.events, patterns = excluded.patterns, updated_at = excluded.updated_at
-RETURNING checkpoint
+RETURNING checkpoint, gap_first, gap_last
 
 -- name: unsubscribe
 DELETE FROM {ns}__subscriptions WHERE queue = :queue RETURNING queue
 
 -- name: subscriptions
-SELECT queue, events, checkpoint, updated_at FROM {ns}__subscriptions ORDER BY queue
+SELECT queue, events, checkpoint, updated_at, gap_first, gap_last
+FROM {ns}__subscriptions ORDER BY queue
 
 -- name: set_checkpoint
-UPDATE {ns}__subscriptions SET checkpoint = :checkpoint, updated_at = {now}
+-- A replay: the new checkpoint and the gap it asked for (NULL: none; docs/adr/0020).
+UPDATE {ns}__subscriptions SET checkpoint = :checkpoint, updated_at = {now},
+    gap_first = :gap_first, gap_last = :gap_last
 WHERE queue = :queue RETURNING queue
 
 -- name: replay_start
@@ -79,6 +85,10 @@ FROM (
            coalesce((SELECT seq FROM sqlite_sequence WHERE name = '{ns}__events'), 0) AS head
     FROM {ns}__subscriptions AS s) AS f
 ORDER BY f.queue
+
+-- name: oldest_position
+-- The oldest position still in the log (NULL: none): retention pruned those before it.
+SELECT min(position) FROM {ns}__events
 
 -- name: prune_log
 DELETE FROM {ns}__events WHERE position IN (
