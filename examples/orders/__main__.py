@@ -23,7 +23,8 @@ import uvicorn
 
 import alkstore
 import relay
-from examples.orders import app, jobs, shop
+import relay.metrics
+from examples.orders import app, jobs, shop, tracing
 
 log = logging.getLogger("examples.orders")
 
@@ -92,7 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--namespace", help="default: $ALKSTORE_NAMESPACE, else alkstore")
     parser.add_argument("--port", type=int, default=0, help="HTTP port (default: a free one)")
     parser.add_argument("--timeout", type=float, default=60.0, help="give up after S seconds")
+    parser.add_argument(
+        "--metrics-port", type=int, help="serve Prometheus metrics here (alkstore[metrics])"
+    )
+    parser.add_argument(
+        "--trace", action="store_true", help="record spans (opentelemetry-sdk) and print them"
+    )
     args = parser.parse_args(argv)
+    spans = tracing.record() if args.trace else None
     logging.basicConfig(
         level=logging.INFO, stream=sys.stdout, format="%(name)-18s %(levelname)-7s %(message)s"
     )
@@ -122,6 +130,10 @@ def main(argv: list[str] | None = None) -> int:
             threading.Thread(target=worker.run),
             threading.Thread(target=server.run, kwargs={"sockets": [listening]}),
         ]
+        metrics = None
+        if args.metrics_port is not None:
+            metrics = relay.metrics.serve(args.metrics_port, "127.0.0.1", stores=[store])
+            print(f"metrics at http://127.0.0.1:{metrics.port}/metrics")
         for thread in threads:
             thread.start()
         deadline = time.monotonic() + args.timeout
@@ -150,7 +162,11 @@ def main(argv: list[str] | None = None) -> int:
                 thread.join()
             for each in stores:
                 each.close()
+            if metrics is not None:
+                metrics.close()
         summary(store, start, placed)
+        if spans is not None:
+            tracing.show(spans)
     return 0
 
 
