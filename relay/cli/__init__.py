@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 import alkstore
-from relay.cli import _commands, _parser, _processes
+from relay.cli import _commands, _live, _parser, _processes
 
 EXIT_PIPE = 141  # 128 + SIGPIPE: what a shell reports for `yes | head -1`
 
@@ -52,7 +52,11 @@ def _run(args: argparse.Namespace) -> int:
         with store:
             if args.command not in ("migrate", "sql"):
                 store.check()  # every command: one line if the tables are not there
-            command = _commands.COMMANDS.get(args.command) or _processes.PROCESSES[args.command]
+            command = (
+                _commands.COMMANDS.get(args.command)
+                or _live.COMMANDS.get(args.command)
+                or _processes.PROCESSES[args.command]
+            )
             return command(store, args)
     except _commands.UsageError as exc:
         return _say(exc, 2)

@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 import alkstore
+from relay.cli import _live
 
 DEFAULT_DB = "sqlite:///alkstore.db"  # alkstore.connect()'s own default (tests/acceptance)
 DEFAULT_NAMESPACE = "alkstore"
@@ -85,6 +86,7 @@ def _default(value: str, variable: str, builtin: str) -> str:
 
 def build() -> Parser:
     parser = Parser(prog="alkstore", description=alkstore.__doc__)
+    parser.add_argument("--version", action="version", version=f"alkstore {alkstore.__version__}")
     common = Parser(add_help=False)
     common.add_argument("--db", help=_default("database URL", "ALKSTORE_DB", DEFAULT_DB))
     common.add_argument(
@@ -107,9 +109,7 @@ def build() -> Parser:
     run = commands.add_parser("relay", parents=[common], help="fan events out into queues")
     run.add_argument("--batch", type=count(1), default=5_000, help="events per transaction")
     run.add_argument("--lease-ttl", type=seconds, default=3.0, help="failover bound, seconds")
-    run.add_argument("--retention", type=seconds, help="prune relayed events older than S seconds")
     run.add_argument("-v", "--verbose", action="store_true")
-    commands.add_parser("status", parents=[common], help="log head, relay lag, queues")
     sched = commands.add_parser("scheduler", parents=[common], help="fire schedules (standalone)")
     sched.add_argument("--lease-ttl", type=seconds, default=3.0, help="failover bound, seconds")
     sched.add_argument("-v", "--verbose", action="store_true")
@@ -129,4 +129,5 @@ def build() -> Parser:
     work.add_argument("--concurrency", type=count(1), help="total handlers running at once")
     work.add_argument("--once", action="store_true", help="drain the queues, then exit")
     work.add_argument("-v", "--verbose", action="store_true")
+    _live.add_parsers(commands, common)  # status, workers, subscriptions; retention flags
     return parser

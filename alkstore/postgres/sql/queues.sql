@@ -265,7 +265,7 @@ WITH RECURSIVE names AS (
             ORDER BY d.queue LIMIT 1)
     FROM names AS n WHERE n.queue IS NOT NULL
 )
-DELETE FROM {ns}.dead_letters WHERE id IN (
+DELETE FROM {ns}.dead_letters WHERE id = ANY(ARRAY(  -- by primary key, never a scan of all
     SELECT old.id
     FROM names AS n
     LEFT JOIN {ns}.queues AS q ON q.name = n.queue
@@ -273,9 +273,10 @@ DELETE FROM {ns}.dead_letters WHERE id IN (
         SELECT d.id FROM {ns}.dead_letters AS d
         WHERE d.queue = n.queue
           AND d.died_at <= {now} - coalesce(q.dead_retention_ms, %(default_ms)s::bigint)
+        ORDER BY d.died_at  -- the (queue, died_at) index: a range, not the queue's rows
         LIMIT %(batch)s) AS old
     WHERE n.queue IS NOT NULL
-    LIMIT %(batch)s)
+    LIMIT %(batch)s))
 RETURNING id
 
 -- name: sweep_try_lock
