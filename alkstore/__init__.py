@@ -32,12 +32,15 @@ from alkstore._errors import (
 from alkstore._events import Event
 from alkstore._jobs import Attempt, DeadLetter, Job, JobInfo, QueueStats, SweepResult
 from alkstore._leases import Renewal
+from alkstore._maintenance import Retention
 from alkstore._ops import QueueInfo
 from alkstore._queue import Queue, QueueConfig
-from alkstore._routing import Holdup, Lag, Lease, NotLeader, Replay, Status, Subscription
+from alkstore._routing import Lease, NotLeader, Replay, Subscription
 from alkstore._schedules import Schedule, Schedules
+from alkstore._status import Holdup, Lag, Status
 from alkstore._store import Log, Store, Transaction, connect
 from alkstore._wake import Listener
+from alkstore._workers import Presence, WorkerInfo
 
 __all__ = [
     "AlkstoreError",
@@ -76,6 +79,7 @@ __all__ = [
     "PayloadTooLarge",
     "PermanentError",
     "PermissionDenied",
+    "Presence",
     "Queue",
     "QueueConfig",
     "QueueError",
@@ -83,6 +87,7 @@ __all__ = [
     "QueueStats",
     "Renewal",
     "Replay",
+    "Retention",
     "Schedule",
     "Schedules",
     "SchemaTooNew",
@@ -94,6 +99,7 @@ __all__ = [
     "Transaction",
     "TransactionOpen",
     "UnknownEventType",
+    "WorkerInfo",
     "append",
     "append_many",
     "connect",

@@ -359,9 +359,13 @@ class QueueStats(msgspec.Struct, frozen=True):
 
 
 class SweepResult(msgspec.Struct, frozen=True):
-    """What one `store.sweep()` did; `ran` is False when another process held the lock."""
+    """What one `store.sweep()` did; `ran` is False when another process held the lock.
+    `purged`: dead letters past their retention; `pruned_events`: events of the log
+    past its retention; `workers`: rows of workers not seen for an hour."""
 
     ran: bool
     expired: int = 0
     lease_expired: int = 0
     purged: int = 0
+    pruned_events: int = 0
+    workers: int = 0

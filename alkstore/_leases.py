@@ -18,6 +18,7 @@ import msgspec
 if TYPE_CHECKING:
     from alkstore._jobs import Job
     from alkstore._queue import Runtime
+    from alkstore._workers import Presence
 
 _encode = msgspec.json.Encoder().encode
 
@@ -49,6 +50,12 @@ class Renewal:
         if pairs:
             params = {"pairs": _encode(pairs).decode(), "now": self._rt.now_param()}
             self._conn.run("start_many", params)
+
+    def beat(self, presence: Presence) -> None:
+        """Refresh a worker's row (`store.worker_presence`) on this connection: a worker
+        whose handlers hold every pooled connection is still seen alive (docs/adr/0018).
+        StorageError if the database cannot be reached: try again."""
+        presence.seen(self._conn.run("worker_seen", presence.params()))
 
     def close(self) -> None:
         self._conn.close()

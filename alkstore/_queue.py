@@ -38,6 +38,7 @@ EXHAUSTED_EVERY = 1.0  # seconds between claim_many's looks for exhausted jobs t
 DUE_LEVELS = 32  # priority levels next_due() probes; past them its answer is capped
 DUE_UNSURE = 1.0  # seconds: next_due()'s cap when the queue holds more priority levels
 CLAIM_LEVELS = 32  # priority levels a claim range-scans one by one; below them it walks
+SWEEP_BATCH = 1_000  # rows per statement of the sweep (alkstore/_maintenance.py)
 _INT32 = _checks.INT32
 _encode = msgspec.json.Encoder().encode
 
@@ -442,25 +443,3 @@ class Queue(_ops.Operations):
 
     def __repr__(self) -> str:
         return f"<alkstore.Queue {self.name!r}>"
-
-
-SWEEP_BATCH = 1_000
-
-
-def sweep(runtime: Runtime) -> _jobs.SweepResult:
-    """Maintenance for every queue of the namespace; one process at a time."""
-    engine = runtime.engine
-    now = runtime.now_param()
-    with engine.sweep_lock(now) as held:
-        if not held:
-            return _jobs.SweepResult(ran=False)
-        counts = []
-        for name in ("sweep_expired", "sweep_exhausted", "sweep_retention"):
-            total = 0
-            while True:
-                n = len(engine.run(name, {"now": now, "batch": SWEEP_BATCH}))
-                total += n
-                if n < SWEEP_BATCH:
-                    break
-            counts.append(total)
-    return _jobs.SweepResult(True, *counts)

@@ -38,42 +38,6 @@ class Subscription(msgspec.Struct, frozen=True):
     gap: Gap | None = None  # positions it asked for (subscribe, replay) already pruned
 
 
-class Lag(msgspec.Struct, frozen=True):
-    """How far a subscription is behind the log head."""
-
-    queue: str
-    checkpoint: int
-    events: int
-    seconds: float | None  # age of the oldest event not yet relayed (None: caught up)
-    gap: Gap | None = None  # positions it asked for that retention had pruned (never had)
-
-
-class Holdup(msgspec.Struct, frozen=True):
-    """An open writing transaction (PostgreSQL): its events appear when it commits."""
-
-    pid: int
-    age: float
-    state: str
-    query: str
-
-
-class Status(msgspec.Struct, frozen=True):
-    """The log head, each subscription's lag, open writing transactions (PostgreSQL), the
-    sequencing backlog of ADR 0004 (PostgreSQL; 0 and None on SQLite), and the oldest
-    position retention left (docs/adr/0020)."""
-
-    head: int
-    subscriptions: list[Lag]
-    holdups: list[Holdup]
-    unsequenced: int = 0  # committed events no reader had numbered yet when status looked
-    oldest_appender: Holdup | None = None  # the oldest open transaction holding appended,
-    # uncommitted events of this namespace (they are numbered when it commits)
-    oldest_retained: int | None = None  # the oldest position in the log (None: no event);
-    # retention pruned every position before it
-    hidden_holdups: int = 0  # open writing transactions of other roles whose details this
-    # role may not see (PostgreSQL, without pg_read_all_stats: docs/adr/0020)
-
-
 class Replay(msgspec.Struct, frozen=True):
     """What `store.replay` did to a subscription's checkpoint."""
 
@@ -315,26 +279,3 @@ def prune_log(rt: _queue.Runtime, older_than: float, batch: int = 10_000) -> int
         total += n
         if n < batch:
             return total
-
-
-def status(rt: _queue.Runtime) -> Status:
-    engine = rt.engine
-    unsequenced, appender = engine.backlog()  # before head(), which numbers the backlog
-    head = engine.head()
-    now = rt.now_ms()
-    lags = []
-    for queue, checkpoint, behind, oldest in engine.run("lag", {}):
-        age = None
-        if oldest is not None:
-            oldest_ms = oldest if isinstance(oldest, int) else int(oldest.timestamp() * 1000)
-            age = max(0.0, (now - oldest_ms) / 1000)
-        lags.append(Lag(queue, int(checkpoint), int(behind), age))
-    gaps = {sub.queue: sub.gap for sub in subscriptions(rt) if sub.gap is not None}
-    if gaps:
-        lags = [msgspec.structs.replace(lag, gap=gaps.get(lag.queue)) for lag in lags]
-    holdups = [Holdup(*row) for row in engine.holdups()]
-    oldest = None if appender is None else Holdup(*appender)
-    rows = engine.run("oldest_position", {})
-    retained = None if not rows or rows[0][0] is None else int(rows[0][0])
-    hidden = engine.hidden_holdups()
-    return Status(head, lags, holdups, unsequenced, oldest, retained, hidden)

@@ -18,12 +18,15 @@ from alkstore import (
     _firing,
     _jobs,
     _leases,
+    _maintenance,
     _ops,
     _queue,
     _routing,
     _schedules,
+    _status,
     _tracing,
     _wake,
+    _workers,
     observe,
 )
 
@@ -295,9 +298,24 @@ class Store:
         """Delete events older than `older_than` seconds that every subscription passed."""
         return _routing.prune_log(self._runtime, older_than)
 
-    def status(self) -> _routing.Status:
-        """Log head, each subscription's lag, and (PostgreSQL) open writing transactions."""
-        return _routing.status(self._runtime)
+    def status(self) -> _status.Status:
+        """What an operator asks first: the log head and (PostgreSQL) the sequencing
+        backlog and open writing transactions, each subscription's lag, every queue with
+        its counts per state, schedules with their next fire, who leads (relay, scheduler,
+        sweeper), the workers, and the retention in effect (docs/adr/0018)."""
+        return _status.status(self._runtime)
+
+    def workers(self) -> list[_workers.WorkerInfo]:
+        """The worker processes that announced themselves, oldest first: live ones and
+        those dead (not seen for 30 s: `alive` False) until the sweep forgets them (1 h)."""
+        return _workers.workers(self._runtime)
+
+    def worker_presence(self, queues: Iterable[str], concurrency: int) -> _workers.Presence:
+        """Insert this process's row in the workers table (the worker runtime's; refresh
+        it with `Renewal.beat` every `presence.every` seconds, `leave()` when done)."""
+        presence = _workers.Presence(self._runtime, queues, concurrency)
+        presence.announce()
+        return presence
 
     @property
     def clock(self) -> Callable[[], float] | None:
@@ -313,10 +331,18 @@ class Store:
         worker runtime's renewer; ADR 0012)."""
         return _leases.Renewal(self._runtime)
 
-    def sweep(self) -> _jobs.SweepResult:
-        """Maintenance: dead-letter expired jobs and exhausted expired leases, apply
-        dead-letter retention. Safe from many processes; one runs at a time."""
-        return _queue.sweep(self._runtime)
+    def sweep(self, retention: _maintenance.Retention | None = None) -> _jobs.SweepResult:
+        """Maintenance: dead-letter expired jobs and exhausted expired leases, apply the
+        retention policy (None: `alkstore.Retention()`, the defaults: dead letters 14
+        days unless their queue says otherwise, events 7 days after every subscription
+        passed them), forget workers not seen for an hour. Safe from many processes; one
+        runs at a time (docs/adr/0018)."""
+        policy = _maintenance.Retention() if retention is None else retention
+        if not isinstance(policy, _maintenance.Retention):
+            raise _errors.InvalidArgument(
+                f"retention must be an alkstore.Retention, got {type(retention).__name__}"
+            )
+        return _maintenance.sweep(self._runtime, policy)
 
     @property
     def engine(self) -> _engine.Engine:

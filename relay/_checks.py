@@ -33,3 +33,13 @@ def seconds(name: str, value: object, *, zero: bool = False) -> float:
 
 def optional_seconds(name: str, value: object) -> float | None:
     return None if value is None else seconds(name, value)
+
+
+DEFAULT_RETENTION = alkstore.Retention()  # the shipped policy (docs/adr/0018)
+
+
+def retention(name: str, value: object) -> float | None:
+    """A retention in seconds: None or 0 keep forever (None), else > 0 and finite."""
+    if value is None or (value == 0 and not isinstance(value, bool)):
+        return None
+    return seconds(name, value)

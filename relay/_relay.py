@@ -28,7 +28,8 @@ class Relay:
         batch: int = 5_000,
         lease_ttl: float = 3.0,
         poll: float = 1.0,
-        retention: float | None = None,
+        retention: float | None = _checks.DEFAULT_RETENTION.log,
+        dead_retention: float | None = _checks.DEFAULT_RETENTION.dead_letters,
         maintenance_every: float = 5.0,
         schedules: bool = True,
     ) -> None:
@@ -37,7 +38,10 @@ class Relay:
         self.lease_ttl = _checks.seconds("lease_ttl", lease_ttl)
         self.lease = store.lease("relay", ttl=lease_ttl)
         self.poll = min(_checks.seconds("poll", poll), lease_ttl / 3)
-        self.retention = _checks.optional_seconds("retention", retention)
+        # Seconds events are kept after every subscription passed them, and dead letters
+        # (unless their queue says otherwise); None or 0: forever (docs/adr/0018).
+        self.retention = _checks.retention("retention", retention)
+        self.dead_retention = _checks.retention("dead_retention", dead_retention)
         self.maintenance_every = _checks.seconds("maintenance_every", maintenance_every)
         self.relayed_events = 0
         self.created_jobs = 0
@@ -143,7 +147,8 @@ class Relay:
         if now < self._next_maintenance:
             return
         self._next_maintenance = now + self.maintenance_every
-        swept = self.store.sweep()
+        policy = alkstore.Retention(dead_letters=self.dead_retention, log=self.retention)
+        swept = self.store.sweep(policy)
         if self.schedules:
             self.store.prune_schedule_firings()
         if swept.expired or swept.lease_expired or swept.purged:
@@ -153,7 +158,7 @@ class Relay:
                 swept.lease_expired,
                 swept.purged,
             )
-        if self.retention is not None:
-            pruned = self.store.prune_log(self.retention)
-            if pruned:
-                log.info("maintenance: pruned %d events older than %gs", pruned, self.retention)
+        if swept.pruned_events:
+            log.info(
+                "maintenance: pruned %d events older than %gs", swept.pruned_events, self.retention
+            )

@@ -57,7 +57,10 @@ PRIVILEGES: dict[str, dict[str, str]] = {
         "queues": _SELECT,
         "jobs": "SELECT, UPDATE, DELETE",
         "dead_letters": "SELECT, INSERT, DELETE",  # bury; the sweep's retention
-        "workers": _ALL,  # the live-worker rows
+        "workers": _ALL,  # the live-worker rows; the sweep forgets dead ones
+        "locks": "SELECT, INSERT, UPDATE",  # the sweep records itself (sweep.last)
+        "events": "SELECT, DELETE",  # the sweep's log retention
+        "subscriptions": _SELECT,  # what every subscription has relayed (retention)
     },
     "relay": {
         "schema_migrations": _SELECT,
@@ -70,6 +73,7 @@ PRIVILEGES: dict[str, dict[str, str]] = {
         "dead_letters": "SELECT, INSERT, DELETE",
         "schedules": "SELECT, UPDATE",
         "schedule_firings": "SELECT, INSERT, DELETE",
+        "workers": "SELECT, DELETE",  # the sweep forgets workers not seen for an hour
     },
     "reader": dict.fromkeys(TABLES, _SELECT),
 }

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 import alkstore
-from relay.cli import _commands, _ops, _parser, _processes
+from relay.cli import _commands, _live, _ops, _parser, _processes
 
 EXIT_PIPE = 141  # 128 + SIGPIPE: what a shell reports for `yes | head -1`
 
@@ -64,6 +64,7 @@ def _run(args: argparse.Namespace) -> int:
             command = (
                 _commands.COMMANDS.get(args.command)
                 or _ops.COMMANDS.get(args.command)
+                or _live.COMMANDS.get(args.command)
                 or _processes.PROCESSES[args.command]
             )
             return command(store, args)

@@ -1,6 +1,7 @@
-"""The commands that read or change the store and end: migrate, sql, events, status,
-schedules. Each gets an open, checked store and its parsed arguments; it prints to
-stdout and returns the exit code (errors are raised and printed by `main`)."""
+"""The commands that read or change the store and end: migrate, sql, events, schedules
+(status, workers and subscriptions are `_live`'s). Each gets an open, checked store and
+its parsed arguments; it prints to stdout and returns the exit code (errors are raised
+and printed by `main`)."""
 
 from __future__ import annotations
 
@@ -98,53 +99,6 @@ def replayed(r: alkstore.Replay) -> str:
     return f"{r.queue}: {events(r.redelivered)} will be delivered again ({span})"
 
 
-def status(store: alkstore.Store, args: argparse.Namespace) -> int:
-    status = store.status()
-    print(f"log head: {status.head}")
-    retained = status.oldest_retained
-    if status.head and (retained is None or retained > 1):  # retention pruned the start
-        last_gone = status.head if retained is None else retained - 1
-        print(f"oldest retained position: {retained or 'none'} (1-{last_gone} pruned)")
-    if status.unsequenced:
-        print(
-            f"unsequenced: {status.unsequenced} committed "
-            f"{'event' if status.unsequenced == 1 else 'events'} had no position yet "
-            "(numbered now)"
-        )
-    if not status.subscriptions:
-        print("subscriptions: none")
-    for lag in status.subscriptions:
-        age = "caught up" if lag.seconds is None else f"{lag.seconds:.1f}s behind"
-        stats = store.queue(lag.queue).stats()
-        oldest = "" if stats.oldest_ready_age is None else f", oldest {stats.oldest_ready_age:.1f}s"
-        print(
-            f"  {lag.queue}: checkpoint {lag.checkpoint}, {lag.events} events / {age}; "
-            f"jobs ready {stats.ready}, scheduled {stats.scheduled}, active {stats.active}, "
-            f"dead {stats.dead}{oldest}"
-        )
-        if lag.gap is not None:
-            first, last = lag.gap
-            print(f"    never had positions {first}-{last}: pruned by retention before it asked")
-    for holdup in status.holdups:
-        print(
-            f"open writing transaction: pid {holdup.pid}, {holdup.age:.1f}s old, {holdup.state}: "
-            f"{holdup.query!r} (its events appear when it commits)"
-        )
-    if status.hidden_holdups:
-        print(
-            f"open writing transactions of other roles: {status.hidden_holdups}, not shown "
-            "(this role lacks pg_read_all_stats)"
-        )
-    holding = status.oldest_appender
-    if holding is not None:
-        print(
-            f"oldest transaction holding unsequenced events: pid {holding.pid}, "
-            f"{holding.age:.1f}s old, {holding.state}: {holding.query!r} "
-            "(its events get positions when it commits)"
-        )
-    return 0
-
-
 def schedules(store: alkstore.Store, args: argparse.Namespace) -> int:
     action, name = args.action, args.name
     if action != "list" and not name:
@@ -202,6 +156,5 @@ COMMANDS = {
     "migrate": migrate,
     "sql": sql,
     "events": event_log,
-    "status": status,
     "schedules": schedules,
 }

@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 import alkstore
+from relay.cli import _live
 
 DEFAULT_DB = "sqlite:///alkstore.db"  # alkstore.connect()'s own default (tests/acceptance)
 DEFAULT_NAMESPACE = "alkstore"
@@ -96,6 +97,7 @@ def _default(value: str, variable: str, builtin: str) -> str:
 
 def build() -> Parser:
     parser = Parser(prog="alkstore", description=alkstore.__doc__)
+    parser.add_argument("--version", action="version", version=f"alkstore {alkstore.__version__}")
     common = Parser(add_help=False)
     common.add_argument("--db", help=_default("database URL", "ALKSTORE_DB", DEFAULT_DB))
     common.add_argument(
@@ -148,8 +150,6 @@ def build() -> Parser:
     run = commands.add_parser("relay", parents=[common, running], help="fan events out into queues")
     run.add_argument("--batch", type=count(1), default=5_000, help="events per transaction")
     run.add_argument("--lease-ttl", type=seconds, default=3.0, help="failover bound, seconds")
-    run.add_argument("--retention", type=seconds, help="prune relayed events older than S seconds")
-    commands.add_parser("status", parents=[common], help="log head, relay lag, queues")
     sched = commands.add_parser(
         "scheduler", parents=[common, running], help="fire schedules (standalone)"
     )
@@ -174,4 +174,5 @@ def build() -> Parser:
     from relay.cli import _ops  # queues, jobs, dlq (it imports this module's helpers)
 
     _ops.add_parsers(commands, common)
+    _live.add_parsers(commands, common)  # status, workers, subscriptions; retention flags
     return parser

@@ -17,8 +17,10 @@ from contextlib import contextmanager
 from types import FrameType
 
 import alkstore
+from relay import _checks
 from relay._relay import Relay
 from relay._scheduler import Scheduler
+from relay.cli import _live
 from relay.cli._commands import UsageError
 from relay.metrics import serve as serve_metrics
 from relay.worker import Worker
@@ -73,7 +75,9 @@ def on_signals(stop: Callable[[], None]) -> None:
 
 def relay(store: alkstore.Store, args: argparse.Namespace) -> int:
     logs(args.verbose)
-    process = Relay(store, batch=args.batch, lease_ttl=args.lease_ttl, retention=args.retention)
+    process = Relay(store, batch=args.batch, lease_ttl=args.lease_ttl)
+    for name, value in _live.retention_options(args).items():
+        setattr(process, name, _checks.retention(name, value))
     on_signals(process.stop)
     logging.getLogger("alkstore.relay").info(
         "relay starting on %s (namespace %s)", store.engine.name, store.namespace
@@ -147,6 +151,8 @@ def worker(args: argparse.Namespace) -> int:
     process = load_worker(args)
     if args.concurrency is not None:
         process.concurrency = args.concurrency
+    for name, value in _live.retention_options(args).items():
+        setattr(process, name, value)  # flags win over the module's Worker(...)
     queues = args.queues.split(",") if args.queues else None
     on_signals(process.stop)
     with serving_metrics(args):

@@ -7,12 +7,17 @@ handed to `on_lost` (the job is abandoned: its handler is told through
 `job.lease_lost`, an async one is cancelled). It also sees sync handlers that ran
 past their timeout, and records the starts of prefetched jobs that have run for
 START_AFTER seconds (their attempts count from then in the database; a job done
-sooner needs no mark at all, so short jobs cost no statement for it).
+sooner needs no mark at all, so short jobs cost no statement for it). Every
+`presence.every` seconds it refreshes the worker's row in the workers table on the same
+connection, after any renewal due in that tick (docs/adr/0018): one short statement
+every 10 s, never on the claim loop's path, and a worker whose handlers hold every
+pooled connection is still seen alive.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -37,8 +42,10 @@ class LeaseKeeper:
         renew: bool,
         on_lost: Callable[[_inflight.Running], None],
         on_timeout: Callable[[_inflight.Running, float], None],
+        presence: alkstore.Presence | None = None,
     ) -> None:
         self._store = store
+        self._presence = presence
         self._inflight = inflight
         self._counters = counters
         self._renew = renew
@@ -49,6 +56,8 @@ class LeaseKeeper:
         """The renewal thread: until `done` (renewal goes on through the grace period)."""
         renewal = self._store.renewal()
         retry_at = 0.0
+        presence = self._presence
+        beat_at = math.inf if presence is None else time.monotonic() + presence.every
         try:
             while not done.wait(TICK):
                 now = time.monotonic()
@@ -58,30 +67,48 @@ class LeaseKeeper:
                 for item in late:
                     assert item.started is not None
                     self._on_timeout(item, now - item.started)
-                if not self._renew or not items or now < retry_at or now < renew_at:
-                    continue
-                try:
-                    lost = renewal.renew([item.job for item in items])
-                except alkstore.StorageError as exc:
-                    if isinstance(exc, alkstore.PermanentError):
-                        raise  # the worker stops
-                    log.warning("lease renewal of %d jobs failed: %s", len(items), exc)
-                    self._counters.add("reconnect")
-                    retry_at = now + RETRY_AFTER
-                    continue
-                gone = {_inflight.key(job) for job in lost}
-                renewed: Counter[str] = Counter()
-                for item in items:
-                    item.renewed = now
-                    if item.key not in gone:
-                        renewed[item.job.queue] += 1
-                for queue, n in renewed.items():
-                    self._counters.add("renewed", n, queue)
-                for item in items:
-                    if item.key in gone and not item.abandoned:
-                        self._on_lost(item)
+                if self._renew and items and now >= retry_at and now >= renew_at:
+                    retry_at = self._renew_all(renewal, items, now)
+                if presence is not None and now >= beat_at:  # after the renewal it waits for
+                    beat_at = now + self._beat(renewal, presence)
         finally:
             renewal.close()
+
+    def _renew_all(
+        self, renewal: alkstore.Renewal, items: list[_inflight.Running], now: float
+    ) -> float:
+        """Renew every held lease in one statement; hand the lost ones to on_lost. Returns
+        when to try again at the soonest (later than now after a failure)."""
+        try:
+            lost = renewal.renew([item.job for item in items])
+        except alkstore.StorageError as exc:
+            if isinstance(exc, alkstore.PermanentError):
+                raise  # the worker stops
+            log.warning("lease renewal of %d jobs failed: %s", len(items), exc)
+            self._counters.add("reconnect")
+            return now + RETRY_AFTER
+        gone = {_inflight.key(job) for job in lost}
+        renewed: Counter[str] = Counter()
+        for item in items:
+            item.renewed = now
+            if item.key not in gone:
+                renewed[item.job.queue] += 1
+        for queue, n in renewed.items():
+            self._counters.add("renewed", n, queue)
+        for item in items:
+            if item.key in gone and not item.abandoned:
+                self._on_lost(item)
+        return 0.0
+
+    @staticmethod
+    def _beat(renewal: alkstore.Renewal, presence: alkstore.Presence) -> float:
+        """Refresh the worker's row; the seconds until the next refresh."""
+        try:
+            renewal.beat(presence)
+        except alkstore.StorageError as exc:  # the row ages; tried again soon
+            log.warning("could not refresh the worker's row (%s)", exc)
+            return min(presence.every, 1.0)
+        return presence.every
 
     def _look(
         self, now: float

@@ -39,6 +39,8 @@ class Worker:
         ack_flush: float = 0.005,
         renew: bool = True,
         maintenance_every: float = 5.0,
+        retention: float | None = _checks.DEFAULT_RETENTION.log,
+        dead_retention: float | None = _checks.DEFAULT_RETENTION.dead_letters,
         unknown_type_grace: float = 300.0,
         on_outcome: Callable[[alkstore.Job[Any], str, float], None] | None = None,
     ) -> None:
@@ -51,6 +53,8 @@ class Worker:
         self.ack_flush = _checks.seconds("ack_flush", ack_flush, zero=True)
         self.renew = renew
         self.maintenance_every = _checks.seconds("maintenance_every", maintenance_every)
+        self.retention = retention
+        self.dead_retention = dead_retention
         self.unknown_type_grace = _checks.seconds(
             "unknown_type_grace", unknown_type_grace, zero=True
         )
@@ -64,6 +68,26 @@ class Worker:
         self._inflight = _inflight.InFlight()
         self._running = threading.Lock()  # held by run()
         _sources.add_worker(self)  # what relay.metrics reads when scraped (ADR 0019)
+
+    @property
+    def retention(self) -> float | None:
+        """Seconds the log's events are kept after every subscription passed them, by the
+        sweeps this worker runs (None or 0: forever; docs/adr/0018)."""
+        return self._retention
+
+    @retention.setter
+    def retention(self, value: float | None) -> None:
+        self._retention = _checks.retention("retention", value)
+
+    @property
+    def dead_retention(self) -> float | None:
+        """Seconds dead letters are kept, unless their queue has its own `dead_retention`
+        (None or 0: forever; docs/adr/0018)."""
+        return self._dead_retention
+
+    @dead_retention.setter
+    def dead_retention(self, value: float | None) -> None:
+        self._dead_retention = _checks.retention("dead_retention", value)
 
     @property
     def concurrency(self) -> int:
@@ -124,6 +148,16 @@ class Worker:
 
     def _run(self, names: list[str], once: bool) -> None:
         self.store.check()
+        presence = self.store.worker_presence(names, self.concurrency)
+        try:
+            self._serve(names, once, presence)
+        finally:
+            try:  # a clean stop: the row goes (a killed worker's ages out)
+                presence.leave()
+            except alkstore.AlkstoreError as exc:
+                log.warning("could not remove the worker's row (%s); it ages out", exc)
+
+    def _serve(self, names: list[str], once: bool, presence: alkstore.Presence) -> None:
         self._stop.clear()
         self._done.clear()
         self._crash = None
@@ -153,6 +187,7 @@ class Worker:
             renew=self.renew,
             on_lost=self._lost,
             on_timeout=lambda item, ran: self._timed_out(outcomes, item, ran),
+            presence=presence,
         )
         self._wakers = [slots.wake, acks.wake]
         ctx = _dispatch.Context(
@@ -251,9 +286,10 @@ class Worker:
 
     def _maintain(self) -> None:
         """Maintenance (store.sweep) every `maintenance_every` seconds, one process at a time."""
+        policy = alkstore.Retention(dead_letters=self.dead_retention, log=self.retention)
         while True:
             try:
-                self.store.sweep()
+                self.store.sweep(policy)
             except alkstore.StorageError as exc:
                 if isinstance(exc, alkstore.PermanentError):
                     raise  # the worker stops

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import alkstore
+from tests.acceptance.test_cli_relay import section
 from tests.conftest import Backend
 from tests.events import OrderPlaced
 
@@ -39,8 +40,8 @@ def test_status_replay_and_worker_take_names_with_dots_and_dashes(backend: Backe
 
         status = run(backend, "status", *ns)
         assert status.returncode == 0, status.stderr
-        listed = [line.split(":")[0].strip() for line in status.stdout.splitlines()[1:]]
-        assert listed == list(QUEUES), status.stdout
+        assert section(status.stdout, "subscriptions") == list(QUEUES), status.stdout
+        assert section(status.stdout, "queues") == list(QUEUES), status.stdout
         assert "  email.send: checkpoint 3, 0 events / caught up; jobs ready 3" in status.stdout
 
         replay = run(backend, "events", "replay", "--queue", "email.send", "--from", "2", *ns)

@@ -256,10 +256,29 @@ FROM dead
 RETURNING id
 
 -- name: sweep_retention
-DELETE FROM {ns}.dead_letters WHERE id IN (
-    SELECT d.id FROM {ns}.dead_letters AS d JOIN {ns}.queues AS q ON d.queue = q.name
-    WHERE q.dead_retention_ms IS NOT NULL AND d.died_at <= {now} - q.dead_retention_ms
-    LIMIT %(batch)s)
+-- Dead letters past their queue's dead_retention_ms, else past %(default_ms)s (NULL:
+-- kept forever). One range of the (queue, died_at) index per queue: the queues are found
+-- by skipping through that index (names), so a sweep with nothing to delete reads one
+-- index entry per queue, not every dead letter (docs/adr/0018).
+WITH RECURSIVE names AS (
+    SELECT (SELECT queue FROM {ns}.dead_letters ORDER BY queue LIMIT 1) AS queue
+    UNION ALL
+    SELECT (SELECT d.queue FROM {ns}.dead_letters AS d WHERE d.queue > n.queue
+            ORDER BY d.queue LIMIT 1)
+    FROM names AS n WHERE n.queue IS NOT NULL
+)
+DELETE FROM {ns}.dead_letters WHERE id = ANY(ARRAY(  -- by primary key, never a scan of all
+    SELECT old.id
+    FROM names AS n
+    LEFT JOIN {ns}.queues AS q ON q.name = n.queue
+    CROSS JOIN LATERAL (
+        SELECT d.id FROM {ns}.dead_letters AS d
+        WHERE d.queue = n.queue
+          AND d.died_at <= {now} - coalesce(q.dead_retention_ms, %(default_ms)s::bigint)
+        ORDER BY d.died_at  -- the (queue, died_at) index: a range, not the queue's rows
+        LIMIT %(batch)s) AS old
+    WHERE n.queue IS NOT NULL
+    LIMIT %(batch)s))
 RETURNING id
 
 -- name: sweep_try_lock

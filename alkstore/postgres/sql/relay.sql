@@ -99,11 +99,15 @@ ORDER BY s.queue COLLATE "C"
 SELECT min(position) FROM {ns}.events
 
 -- name: prune_log
-DELETE FROM {ns}.events WHERE id IN (
-    SELECT id FROM {ns}.events
-    WHERE position <= (SELECT coalesce(min(checkpoint), 0) FROM {ns}.subscriptions)
-      AND appended_at < to_timestamp(%(before)s / 1000.0)
-    ORDER BY position LIMIT %(batch)s)
+-- Events every subscription has passed and older than %(before)s, among the %(batch)s
+-- oldest events: a prune with nothing to do reads %(batch)s events, not every event the
+-- slowest checkpoint has passed (docs/adr/0018).
+DELETE FROM {ns}.events WHERE id = ANY(ARRAY(  -- by primary key, never a scan of all
+    SELECT oldest.id FROM (
+        SELECT id, position, appended_at FROM {ns}.events
+        WHERE position IS NOT NULL ORDER BY position LIMIT %(batch)s) AS oldest
+    WHERE oldest.position <= (SELECT coalesce(min(checkpoint), 0) FROM {ns}.subscriptions)
+      AND oldest.appended_at < to_timestamp(%(before)s / 1000.0)))
 RETURNING id
 
 -- name: oldest_writers

@@ -228,9 +228,24 @@ RETURNING id;
 DELETE FROM {ns}__jobs WHERE id IN (SELECT id FROM temp.sweep_ids)
 
 -- name: sweep_retention
+-- Dead letters past their queue's dead_retention_ms, else past :default_ms (NULL: kept
+-- forever). One range of the (queue, died_at) index per queue: the queues are found by
+-- skipping through that index (names), so a sweep with nothing to delete reads one
+-- index entry per queue, not every dead letter (docs/adr/0018).
+WITH RECURSIVE names(queue) AS (
+    SELECT (SELECT queue FROM {ns}__dead_letters ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.queue FROM {ns}__dead_letters AS d WHERE d.queue > names.queue
+            ORDER BY d.queue LIMIT 1)
+    FROM names WHERE names.queue IS NOT NULL
+), cut AS (
+    SELECT n.queue, {now} - coalesce(q.dead_retention_ms, :default_ms) AS before
+    FROM names AS n LEFT JOIN {ns}__queues AS q ON q.name = n.queue
+    WHERE n.queue IS NOT NULL
+)
 DELETE FROM {ns}__dead_letters WHERE id IN (
-    SELECT d.id FROM {ns}__dead_letters AS d JOIN {ns}__queues AS q ON d.queue = q.name
-    WHERE q.dead_retention_ms IS NOT NULL AND d.died_at <= {now} - q.dead_retention_ms
+    SELECT d.id FROM cut CROSS JOIN {ns}__dead_letters AS d
+    WHERE d.queue = cut.queue AND d.died_at <= cut.before
     LIMIT :batch)
 RETURNING id
 

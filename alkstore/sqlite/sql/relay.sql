@@ -91,11 +91,14 @@ ORDER BY f.queue
 SELECT min(position) FROM {ns}__events
 
 -- name: prune_log
+-- Events every subscription has passed and older than :before, among the :batch oldest
+-- events: a prune with nothing to do reads :batch events, not every event the slowest
+-- checkpoint has passed (docs/adr/0018).
 DELETE FROM {ns}__events WHERE position IN (
-    SELECT position FROM {ns}__events
+    SELECT position FROM (
+        SELECT position, appended_at FROM {ns}__events ORDER BY position LIMIT :batch)
     WHERE position <= (SELECT coalesce(min(checkpoint), 0) FROM {ns}__subscriptions)
-      AND appended_at < :before
-    ORDER BY position LIMIT :batch)
+      AND appended_at < :before)
 RETURNING position
 
 -- name: lock_acquire

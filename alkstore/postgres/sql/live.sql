@@ -1,0 +1,67 @@
+-- The operator's cockpit: live workers, status, the sweep's record
+-- (docs/adr/0018-live-workers-status-retention.md). {ns}: the schema; times: epoch ms.
+
+-- name: worker_seen
+-- A worker announces itself and refreshes its row; a row the sweep aged out while the
+-- worker could not reach the database comes back with its first start time.
+INSERT INTO {ns}.workers (id, host, pid, queues, concurrency, started_at, last_seen)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s,
+        coalesce(%(started_at)s::bigint, {now}), {now})
+ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen
+RETURNING started_at
+
+-- name: worker_leave
+DELETE FROM {ns}.workers WHERE id = %(id)s
+
+-- name: workers_list
+SELECT id, host, pid, queues::text, concurrency, started_at, last_seen, {now}
+FROM {ns}.workers ORDER BY started_at, id COLLATE "C"
+
+-- name: sweep_workers
+DELETE FROM {ns}.workers WHERE last_seen < {now} - %(forget_ms)s::bigint RETURNING id
+
+-- name: sweep_stamp
+-- Not a lease: the row 'sweep.last' (no lease name has a dot) records the last sweep:
+-- who ran it and the retention it applied (holder, JSON), how many ran (token), and
+-- when (expires_at).
+INSERT INTO {ns}.locks (name, holder, token, expires_at)
+VALUES ('sweep.last', %(holder)s, 1, {now})
+ON CONFLICT (name) DO UPDATE SET
+    holder = excluded.holder, token = {ns}.locks.token + 1, expires_at = excluded.expires_at
+
+-- name: status_locks
+SELECT name, holder, token, expires_at, {now} FROM {ns}.locks
+WHERE name IN ('relay', 'scheduler', 'sweep.last') ORDER BY name COLLATE "C"
+
+-- name: status_queues
+-- Every queue: declared (queues), subscribed, or reached by jobs or dead letters alone
+-- (tx.enqueue), with the counts Queue.stats() gives, in one read. It counts every live
+-- job and dead letter: an operator's read, not a hot path. Byte order, as on SQLite.
+WITH j AS (
+    SELECT queue,
+           count(*) FILTER (WHERE ready) AS ready,
+           count(*) FILTER (WHERE visible_at > now AND lease_token IS NULL) AS scheduled,
+           count(*) FILTER (WHERE lease_token IS NOT NULL
+                            AND (visible_at > now OR attempts >= max_attempts)) AS running,
+           now - min(visible_at) FILTER (WHERE ready) AS oldest
+    FROM (
+        SELECT queue, visible_at, lease_token, attempts, max_attempts, {now} AS now,
+               visible_at <= {now} AND attempts < max_attempts
+               AND (expires_at IS NULL OR attempts > 0 OR expires_at > {now}) AS ready
+        FROM {ns}.jobs) AS live
+    GROUP BY queue, now
+), d AS (
+    SELECT queue, count(*) AS dead FROM {ns}.dead_letters GROUP BY queue
+), names AS (
+    SELECT name AS queue FROM {ns}.queues
+    UNION SELECT queue FROM {ns}.subscriptions
+    UNION SELECT queue FROM j
+    UNION SELECT queue FROM d
+)
+SELECT n.queue, coalesce(j.ready, 0), coalesce(j.scheduled, 0), coalesce(j.running, 0),
+       coalesce(d.dead, 0), j.oldest, coalesce(q.paused, false), q.dead_retention_ms
+FROM names AS n
+LEFT JOIN j ON j.queue = n.queue
+LEFT JOIN d ON d.queue = n.queue
+LEFT JOIN {ns}.queues AS q ON q.name = n.queue
+ORDER BY n.queue COLLATE "C"

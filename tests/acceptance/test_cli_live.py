@@ -1,0 +1,212 @@
+"""`alkstore --version`, `status --json`, `workers`, `subscriptions` and the retention flags
+of `relay` and `worker`, as a user runs them (docs/adr/0018)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import alkstore
+from tests.acceptance.test_cli_relay import run
+from tests.conftest import Backend
+from tests.events import OrderPlaced
+from tests.processes import CliProcess
+
+
+@pytest.fixture
+def migrated(backend: Backend) -> Any:
+    with backend.migrated() as store:
+        yield store
+
+
+@pytest.fixture
+def lite(tmp_path: Path) -> Any:
+    """An SQLite store: what the CLI prints is the same on both engines (the contract
+    tests read the same data on each), and every command is a subprocess of ~1 s."""
+    backend = Backend("sqlite", f"sqlite:///{tmp_path / 'cli.db'}", "live")
+    with backend.migrated() as store:
+        yield backend, store
+
+
+def as_json(backend: Backend, *args: str) -> Any:
+    out = run(backend, *args, "--json")
+    assert (out.returncode, out.stderr) == (0, ""), out.stderr
+    return json.loads(out.stdout)
+
+
+def test_version() -> None:
+    out = run(Backend("sqlite", "sqlite:///:memory:", "alkstore"), "--version")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"alkstore {importlib.metadata.version('alkstore')}\n"
+
+
+def test_status_json_counts_a_queue_fed_only_by_tx_enqueue(
+    backend: Backend, migrated: alkstore.Store
+) -> None:
+    store = migrated
+    with store.transaction() as tx:
+        tx.enqueue("audit", {"n": 1})
+        tx.enqueue("audit", {"n": 2}, max_attempts=1)
+        tx.enqueue("audit", {"n": 3}, delay=3_600)
+        tx.enqueue("audit", {"n": 4})
+    running, dying = store.queue("audit").claim_many(2)
+    dying.fail("boom")
+    store.subscribe("orders", ["test.*"], start="beginning")
+    with store.transaction() as tx:
+        tx.append(OrderPlaced(order_id=1))
+
+    status = as_json(backend, "status")
+    assert status["head"] == 1
+    (lag,) = status["subscriptions"]
+    assert list(lag) == ["queue", "checkpoint", "events", "seconds", "gap"]
+    assert (lag["queue"], lag["checkpoint"], lag["events"]) == ("orders", 0, 1)
+    audit, orders = status["queues"]
+    assert {k: audit[k] for k in ("name", "ready", "scheduled", "running", "dead")} == {
+        "name": "audit",
+        "ready": 1,
+        "scheduled": 1,
+        "running": 1,
+        "dead": 1,
+    }
+    assert audit["oldest_ready_age"] >= 0 and audit["paused"] is False
+    assert (orders["name"], orders["ready"]) == ("orders", 0)
+    assert [leader["role"] for leader in status["leaders"]] == ["relay", "scheduler", "sweeper"]
+    assert status["retention"] == {
+        "dead_letters": 14 * 86_400.0,
+        "log": 7 * 86_400.0,
+        "source": "default",
+        "swept_by": None,
+    }
+    running.ack()
+
+
+def test_workers_lists_live_and_dead_workers(lite: tuple[Backend, alkstore.Store]) -> None:
+    backend, store = lite
+    out = run(backend, "workers")
+    assert (out.returncode, out.stdout) == (0, "workers: none\n"), out.stderr
+
+    presence = store.worker_presence(["emails", "audit"], 8)
+    (row,) = as_json(backend, "workers")
+    assert row["id"] == presence.id
+    assert (row["host"], row["pid"], row["queues"], row["concurrency"], row["alive"]) == (
+        socket.gethostname(),
+        os.getpid(),
+        ["emails", "audit"],
+        8,
+        True,
+    )
+    assert row["started_at"].endswith("Z") or "+00:00" in row["started_at"]
+    header, line = run(backend, "workers").stdout.splitlines()
+    assert header.split("\t") == [
+        "HOST",
+        "PID",
+        "QUEUES",
+        "CONCURRENCY",
+        "STARTED",
+        "LAST SEEN",
+        "STATE",
+    ]
+    fields = line.split("\t")
+    assert fields[:4] == [socket.gethostname(), str(os.getpid()), "emails,audit", "8"]
+    assert fields[5].endswith("s ago") and fields[6] == "live"
+    status = run(backend, "status").stdout
+    assert "workers: 1 live, 0 dead" in status
+    presence.leave()
+    assert as_json(backend, "workers") == []
+
+
+def test_subscriptions_add_list_remove(lite: tuple[Backend, alkstore.Store]) -> None:
+    backend, migrated = lite
+    out = run(backend, "subscriptions", "list")
+    assert (out.returncode, out.stdout) == (0, "subscriptions: none\n")
+    with migrated.transaction() as tx:
+        tx.append(OrderPlaced(order_id=1))
+    out = run(backend, "subscriptions", "add", "emails", "test.*", "billing.*")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "subscribed emails to test.*,billing.* after position 1\n"
+    added = as_json(backend, "subscriptions", "add", "all", "*", "--start", "beginning")
+    assert added == {"queue": "all", "events": ["*"], "checkpoint": 0, "gap": None}
+    out = run(backend, "subscriptions", "add", "emails", "test.*")
+    assert out.stdout == "updated emails: test.* (checkpoint kept at 1)\n"
+    assert as_json(backend, "subscriptions", "list") == [
+        {"queue": "all", "events": ["*"], "checkpoint": 0, "gap": None},
+        {"queue": "emails", "events": ["test.*"], "checkpoint": 1, "gap": None},
+    ]
+    assert run(backend, "subscriptions", "list").stdout == (
+        "all\t*\tcheckpoint 0\nemails\ttest.*\tcheckpoint 1\n"
+    )
+    out = run(backend, "subscriptions", "remove", "emails")
+    assert out.stdout == "removed the subscription of emails (its jobs stay)\n"
+    assert [s.queue for s in migrated.subscriptions()] == ["all"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["subscriptions", "remove", "nope"], "alkstore: no subscription for queue 'nope'"),
+        (
+            ["subscriptions", "add", "q"],
+            'alkstore: subscriptions add needs event patterns, e.g. "order.*"',
+        ),
+        (["subscriptions", "add"], "alkstore: subscriptions add needs a QUEUE"),
+        (["subscriptions", "add", "q", "*", "--start", "soon"], "alkstore: --start must be"),
+        (
+            ["subscriptions", "add", "q", "*", "--start", "99"],
+            "alkstore: cannot subscribe 'q' from",
+        ),
+        (["subscriptions", "add", "q", "a b"], "alkstore: invalid event pattern 'a b'"),
+        (["relay", "--retention", "7x"], "alkstore: argument --retention: must be a duration"),
+        (["worker", "m:w", "--dead-retention", "-1"], "alkstore: argument --dead-retention"),
+    ],
+)
+def test_mistakes_are_one_line(
+    lite: tuple[Backend, alkstore.Store], args: list[str], message: str
+) -> None:
+    out = run(lite[0], *args)
+    assert out.returncode in (1, 2) and out.stdout == ""
+    assert out.stderr.startswith(message), out.stderr
+    assert len(out.stderr.splitlines()) == 1 and "Traceback" not in out.stderr
+
+
+def wait_for_sweep(backend: Backend) -> Any:
+    deadline = time.monotonic() + 30
+    while (retention := as_json(backend, "status")["retention"])["source"] != "sweep":
+        assert time.monotonic() < deadline, "no sweep recorded"
+        time.sleep(0.1)
+    return retention
+
+
+def test_relay_and_worker_retention_flags(
+    lite: tuple[Backend, alkstore.Store], tmp_path: Path
+) -> None:
+    backend = lite[0]
+    flags = ["--db", backend.url, "--namespace", backend.namespace]
+    relay = CliProcess(
+        "relay", [*flags, "--lease-ttl", "1", "--retention", "0", "--dead-retention", "36h"],
+        tmp_path / "relay.log",
+    )  # fmt: skip
+    try:
+        retention = wait_for_sweep(backend)
+        assert relay.terminate() == 0, relay.output()
+    finally:
+        relay.close()
+    assert (retention["dead_letters"], retention["log"]) == (36 * 3_600.0, None)
+    by = f"{socket.gethostname()}:{relay.pid}"
+    assert retention["swept_by"] == by
+
+    worker = run(  # --once on an empty queue: it still sweeps once
+        backend, "worker", "tests.acceptance.edge_worker:worker", "--once",
+        "--retention", "2d", "--dead-retention", "0",
+    )  # fmt: skip
+    assert worker.returncode == 0, worker.stderr
+    retention = as_json(backend, "status")["retention"]
+    assert (retention["dead_letters"], retention["log"]) == (None, 2 * 86_400.0)
+    assert retention["swept_by"] != by
+    assert as_json(backend, "workers") == [], "a worker that stopped cleanly has no row"

@@ -1,0 +1,113 @@
+"""Live workers (docs/adr/0018): a running worker has a row in the workers table, it
+refreshes it while it runs, a clean stop removes it, and a killed worker's row is
+marked dead, then forgotten by the sweep."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import alkstore
+import relay
+from alkstore import _workers
+from tests.clock import Clock
+from tests.conftest import Backend
+from tests.processes import CliProcess
+from tests.worker_support import running
+
+DEADLINE = 30.0
+
+
+def wait_for(predicate: Callable[[], Any], what: str, timeout: float = DEADLINE) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := predicate()):
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.02)
+    return found
+
+
+def idle_worker(store: alkstore.Store, *queues: str) -> relay.Worker:
+    worker = relay.Worker(store, concurrency=3, poll=0.2)
+    for queue in queues:
+        worker.handler(queue, concurrency=2)(lambda job: None)
+    return worker
+
+
+def test_a_running_worker_has_a_row_until_it_stops(store: alkstore.Store) -> None:
+    assert store.workers() == []
+    worker = idle_worker(store, "emails", "audit")
+    with running(worker):
+        (row,) = wait_for(store.workers, "the worker's row")
+        assert (row.host, row.pid) == (socket.gethostname(), os.getpid())
+        assert sorted(row.queues) == ["audit", "emails"]
+        assert row.concurrency == 3
+        assert row.alive and row.seen_ago < 5
+        assert row.started_at == row.last_seen
+    assert store.workers() == [], "a clean stop removes the row"
+
+
+def test_run_once_leaves_no_row(store: alkstore.Store) -> None:
+    store.queue("q").enqueue({"n": 1})
+    seen: list[list[alkstore.WorkerInfo]] = []
+    worker = relay.Worker(store, poll=0.2)
+    worker.handler("q")(lambda job: seen.append(store.workers()))
+    worker.run(once=True)
+    assert [len(rows) for rows in seen] == [1], "the row exists while jobs run"
+    assert store.workers() == []
+
+
+def test_the_row_is_refreshed_while_the_worker_runs(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_workers, "HEARTBEAT", 0.05)
+    clock = Clock()
+    with backend.migrated(clock=clock) as store, running(idle_worker(store, "q")):
+        (row,) = wait_for(store.workers, "the worker's row")
+        started = row.started_at
+        clock.advance(20)
+        wait_for(
+            lambda: store.workers()[0].last_seen.timestamp() == clock.now,
+            "last_seen to follow the store's clock",
+        )
+        (row,) = store.workers()
+        assert row.started_at == started and row.alive
+
+        clock.advance(_workers.FORGET_AFTER + 60)  # as if the worker had been cut off
+        assert store.sweep().workers == 1
+        (back,) = wait_for(store.workers, "the row to come back with the next refresh")
+        assert back.id == row.id and back.started_at == started, "same run, same start"
+
+
+def test_a_killed_worker_is_dead_then_forgotten_by_the_sweep(
+    backend: Backend, tmp_path: Path
+) -> None:
+    with backend.migrated() as store:
+        args = ["tests.acceptance.edge_worker:worker", "--db", backend.url]
+        env = {"ALKSTORE_NAMESPACE": backend.namespace, "EDGE_DONE": str(tmp_path / "done")}
+        process = CliProcess("worker", args, tmp_path / "worker.log", env)
+
+        def rows_of_process() -> list[alkstore.WorkerInfo]:
+            assert process.alive(), process.describe()
+            return [w for w in store.workers() if w.pid == process.pid]
+
+        try:
+            (row,) = wait_for(rows_of_process, "the worker process's row")
+            assert row.alive and row.queues == ["edge"]
+            process.kill()  # SIGKILL: no clean-up at all
+        finally:
+            process.close()
+        assert [w.pid for w in store.workers()] == [process.pid], "nobody removed the row"
+        later = time.time()
+        with backend.migrated(clock=lambda: later + _workers.DEAD_AFTER + 1) as after:
+            (dead,) = after.workers()
+            assert not dead.alive and dead.seen_ago > _workers.DEAD_AFTER
+            assert after.sweep().workers == 0, "dead, but not forgotten yet"
+        with backend.migrated(clock=lambda: later + _workers.FORGET_AFTER + 1) as much_later:
+            assert much_later.sweep().workers == 1
+        assert store.workers() == []
