@@ -8,7 +8,7 @@ with `enqueue_many(..., delay=3600)`) and each number of ready jobs (0, 1, 100):
 of up to 100 jobs (the statement `claim_many(100)` runs, `go` = 1), each variant on a
 connection of its own, in alternating order, `--reps` rounds of up to PER_ROUND claims:
 
-- `walk`: the claim as it was before issue 13 (the text is held below): one walk of the
+- `walk`: the claim as it was before issue 13 (its text is tests/claim_walk.py's): one walk of the
   claim index with `visible_at <= now` as a filter. On SQLite twice: as connections were
   set up before (the statement compiled again on every run) and with the query planner
   stability guarantee alkstore's connections now keep (`walk+qpsg`).
@@ -44,6 +44,7 @@ import alkstore
 from alkstore import _queue, _sql
 from alkstore.sqlite._engine import configure, positional
 from bench._common import base_parser, git_commit, load_average, make_backend
+from tests import claim_walk
 
 N = 100  # jobs a claim asks for
 LEASE_MS = 30_000
@@ -52,62 +53,24 @@ PER_ROUND = 15  # claims per variant and round, fewer when a round passes ROUND_
 ROUND_SECONDS = 0.3
 CHUNK = 50_000  # jobs per enqueue_many while building the depth
 
-SQLITE_NOW = "(SELECT coalesce(:now, CAST(unixepoch('subsec') * 1000 AS INTEGER)))"
-SQLITE_WALK = """
-UPDATE {ns}__jobs SET
-    attempts = attempts + :go,
-    started = :go,
-    claimed_for = visible_at,
-    visible_at = {now} + :lease_ms,
-    lease_ms = :lease_ms,
-    lease_token = (abs(random()) % 9007199254740991) + 1,
-    history = CASE WHEN lease_token IS NULL OR NOT started THEN history
-              ELSE json_insert(history, '$[#]', json_object(
-                  'attempt', attempts, 'error', 'lease expired', 'at', visible_at))
-              END
-WHERE id IN (
-    SELECT id FROM {ns}__jobs
-    WHERE queue = :queue
-      AND +visible_at <= {now}
-      AND attempts < max_attempts
-      AND (expires_at IS NULL OR attempts > 0 OR expires_at > {now})
-    ORDER BY priority DESC, visible_at, id
-    LIMIT :n
+# The walk's text is the reference the per-level claim is held to (tests/claim_walk.py);
+# here it returns what alkstore's claim returns, so both fetch the same columns.
+SQLITE_NOW = claim_walk.SQLITE_NOW
+SQLITE_WALK = claim_walk.SQLITE.replace(
+    "RETURNING id\n",
+    "RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lease_token,"
+    " lease_ms, enqueued_at, type, key, position, headers, payload, progress, started\n",
 )
-RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lease_token, lease_ms,
-          enqueued_at, type, key, position, headers, payload, progress, started
-"""
-PG_NOW = "coalesce(%(now)s::bigint, (extract(epoch FROM statement_timestamp()) * 1000)::bigint)"
-PG_UP_FOR_LEASE = """(%(now)s::bigint IS NOT NULL
- OR {now} - (extract(epoch FROM pg_postmaster_start_time()) * 1000)::bigint >= lease_ms)"""
-PG_WALK = """
-WITH next AS (
-    SELECT id FROM {ns}.jobs
-    WHERE queue = %(queue)s
-      AND visible_at <= {now}
-      AND attempts < max_attempts
-      AND (expires_at IS NULL OR attempts > 0 OR expires_at > {now})
-      AND (lease_token IS NULL OR {up_for_lease})
-    ORDER BY priority DESC, visible_at, id
-    LIMIT %(n)s
-    FOR UPDATE SKIP LOCKED
+PG_NOW = claim_walk.PG_NOW
+PG_UP_FOR_LEASE = claim_walk.PG_UP_FOR_LEASE
+PG_WALK = claim_walk.POSTGRES.replace(
+    "RETURNING j.id\n",
+    "RETURNING j.id, j.queue, j.priority, j.claimed_for, j.attempts, j.max_attempts,"
+    " j.backoff::text, j.lease_token, j.lease_ms, j.enqueued_at, j.type, j.key, j.position,"
+    " j.headers::text, j.payload::text, j.progress::text, j.started\n",
 )
-UPDATE {ns}.jobs AS j SET
-    attempts = j.attempts + %(go)s::int,
-    started = %(go)s::int::boolean,
-    claimed_for = j.visible_at,
-    visible_at = {now} + %(lease_ms)s,
-    lease_ms = %(lease_ms)s,
-    lease_token = floor(random() * 9007199254740991)::bigint + 1,
-    history = CASE WHEN j.lease_token IS NULL OR NOT j.started THEN j.history
-              ELSE j.history || jsonb_build_array(jsonb_build_object(
-                  'attempt', j.attempts, 'error', 'lease expired', 'at', j.visible_at))
-              END
-FROM next WHERE j.id = next.id
-RETURNING j.id, j.queue, j.priority, j.claimed_for, j.attempts, j.max_attempts, j.backoff::text,
-          j.lease_token, j.lease_ms, j.enqueued_at, j.type, j.key, j.position,
-          j.headers::text, j.payload::text, j.progress::text, j.started
-"""
+assert SQLITE_WALK != claim_walk.SQLITE and PG_WALK != claim_walk.POSTGRES
+
 PUT_BACK = (  # a claimed job as it was: visible at its run time, no lease, attempt uncounted
     "UPDATE {jobs} SET visible_at = claimed_for, lease_token = NULL, lease_ms = NULL, "
     "attempts = attempts - 1, started = {false} WHERE id IN ({ids})"
