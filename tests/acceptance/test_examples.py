@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +56,13 @@ def place(backend: Backend, tmp_path: Path) -> Iterator[Place]:
     if backend.name == "sqlite":
         yield Place([], f"sqlite:///{tmp_path / 'alkstore.db'}", "alkstore")
         return
+    with pg_place(backend) as found:
+        yield found
+
+
+@contextmanager
+def pg_place(backend: Backend) -> Iterator[Place]:
+    """A PostgreSQL namespace, and the application's tables in a schema of their own."""
     schema = f"app_{backend.namespace}"
     with psycopg.connect(backend.url, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")

@@ -24,23 +24,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.acceptance.test_examples import Place, environment
+from tests.acceptance.test_examples import Place, environment, pg_place
 from tests.conftest import Backend
 from tests.faults.pg_cluster import free_port
 
 
 @pytest.fixture
 def place(pg_backend: Backend) -> Iterator[Place]:
-    """A fresh namespace, the application's tables in a schema of their own."""
-    schema = f"app_{pg_backend.namespace}"
-    with psycopg.connect(pg_backend.url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    url = f"{pg_backend.url}?options=-csearch_path%3D{schema}"
-    try:
-        yield Place(["--db", url, "--namespace", pg_backend.namespace], url, pg_backend.namespace)
-    finally:
-        with psycopg.connect(pg_backend.url, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    with pg_place(pg_backend) as found:
+        yield found
 
 
 def cli(cwd: Path, place: Place, *args: str) -> subprocess.CompletedProcess[str]:
