@@ -20,6 +20,7 @@ from alkstore import (
     _bulk,
     _checks,
     _config,
+    _cursor,
     _engine,
     _errors,
     _events,
@@ -177,6 +178,7 @@ class Queue(_ops.Operations):
         self._engine = runtime.engine
         self._config: QueueConfig | None = None
         self._config_read = 0.0
+        self._cursor = _cursor.Cursor() if self._engine.name == "postgres" else None
 
     # -- configuration ---------------------------------------------------------------
 
@@ -327,10 +329,10 @@ class Queue(_ops.Operations):
         # Two plain claims when some start and some are prefetched: the started ones are
         # first in claim order. (One statement that ranks the rows with a window cost
         # SQLite 5-7 us more per claimed job: the worker's whole margin.)
-        rows = self._engine.run("claim", params)
+        rows = self._claim(params)
         if 0 < start < n and len(rows) == start:
             params.update(n=n - start, go=0)
-            rows += self._engine.run("claim", params)
+            rows += self._claim(params)
         jobs: list[_jobs.Job[Any]] = []
         for row in rows:
             try:  # Job(...), not Job[Any](...): a subscripted generic costs a setattr per job
@@ -340,6 +342,21 @@ class Queue(_ops.Operations):
         jobs.sort(key=lambda job: (-job.priority, job.due_ms, job.id))  # RETURNING is unordered
         self._bury_exhausted()
         return jobs
+
+    def _claim(self, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """One claim statement: on PostgreSQL from this claimer's cursor when it has one
+        and a full claim is not due (alkstore/_cursor.py, docs/adr/0027)."""
+        cursor = self._cursor
+        if cursor is None:
+            return self._engine.run("claim", params)
+        start = cursor.start()
+        began = time.perf_counter()
+        if start is None:
+            rows = self._engine.run("claim", params)
+        else:
+            rows = self._engine.run("claim_from", {**params, "from": start})
+        cursor.took(rows, start is None, time.perf_counter() - began)
+        return rows
 
     def next_due(self) -> float | None:
         """Seconds until this queue's next job falls due, by the database's clock (0.0: one

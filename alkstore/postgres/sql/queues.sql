@@ -71,10 +71,7 @@ WITH RECURSIVE levels (priority, n) AS (
     (SELECT r.id FROM levels AS l CROSS JOIN LATERAL (
         SELECT j.id FROM {ns}.jobs AS j
         WHERE j.queue = (SELECT %(queue)s::text) AND j.priority = l.priority
-          AND j.visible_at <= (SELECT {now})
-          AND j.attempts < j.max_attempts
-          AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > (SELECT {now}))
-          AND (j.lease_token IS NULL OR {up_for_lease})
+          AND {claim_ready}
         ORDER BY j.visible_at, j.id
         LIMIT (SELECT %(n)s::int)
         FOR UPDATE SKIP LOCKED) AS r)
@@ -82,15 +79,24 @@ WITH RECURSIVE levels (priority, n) AS (
     (SELECT r.id FROM (
         SELECT j.id FROM {ns}.jobs AS j
         WHERE j.queue = (SELECT %(queue)s::text) AND j.priority < (SELECT min(priority) FROM levels)
-          AND j.visible_at <= (SELECT {now})
-          AND j.attempts < j.max_attempts
-          AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > (SELECT {now}))
-          AND (j.lease_token IS NULL OR {up_for_lease})
+          AND {claim_ready}
         ORDER BY j.priority DESC, j.visible_at, j.id
         LIMIT (SELECT %(n)s::int)
         FOR UPDATE SKIP LOCKED) AS r)
     LIMIT (SELECT %(n)s::int)
 )
+{claim_update}
+
+-- name: claim_ready_fragment
+-- A job of the claim's range (`j`) may be claimed: due, attempts left, not expired, and
+-- not leased unless its lease lapsed (ADR 0012).
+j.visible_at <= (SELECT {now})
+AND j.attempts < j.max_attempts
+AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > (SELECT {now}))
+AND (j.lease_token IS NULL OR {up_for_lease})
+
+-- name: claim_update_fragment
+-- What a claim writes to the jobs of `next` and returns (claim, claim_from).
 UPDATE {ns}.jobs AS j SET
     attempts = j.attempts + %(go)s::int,
     started = %(go)s::int::boolean,
@@ -106,6 +112,32 @@ WHERE j.id = ANY(ARRAY(SELECT id FROM next))
 RETURNING j.id, j.queue, j.priority, j.claimed_for, j.attempts, j.max_attempts, j.backoff::text,
           j.lease_token, j.lease_ms, j.enqueued_at, j.type, j.key, j.position,
           j.headers::text, j.payload::text, j.progress::text, j.started
+
+-- name: claim_from
+-- The claim from a cursor (PostgreSQL only; docs/adr/0027): `from` is
+-- [[priority, visible_at, id], ...], highest priority first: where in each level the
+-- claimer took its last job (a job's claim-index entry). Each level's range starts after
+-- it instead of at the level's start (one enqueue_many's jobs share a visible_at), and no level is probed: while an old snapshot holds back vacuum, the entries of
+-- every job processed since it began are still in the claim index, unremovable and
+-- unskippable, and `claim` walks them all on every run (docs/performance.md, issue 13
+-- item 8). Jobs behind the cursor (a transaction that committed late, a lease given back
+-- early) and levels the cursor does not know are found by the next full `claim`, which
+-- Queue.claim_many runs often enough (alkstore/_cursor.py). A paused queue: nothing.
+WITH next AS (
+    SELECT r.id FROM (SELECT (e->>0)::integer AS p, (e->>1)::bigint AS v, (e->>2)::bigint AS i
+                      FROM jsonb_array_elements(%(from)s::jsonb) AS e) AS h
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM {ns}.jobs AS j
+        WHERE j.queue = (SELECT %(queue)s::text) AND j.priority = h.p
+          AND (j.visible_at, j.id) > (h.v, h.i)
+          AND {claim_ready}
+        ORDER BY j.visible_at, j.id
+        LIMIT (SELECT %(n)s::int)
+        FOR UPDATE SKIP LOCKED) AS r
+    WHERE {queue_open}
+    LIMIT (SELECT %(n)s::int)
+)
+{claim_update}
 
 -- name: top_priority_fragment
 -- The highest priority of the queue's jobs (NULL: none): the first entry of the claim index.
