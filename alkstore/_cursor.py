@@ -13,9 +13,10 @@ full claim (the `claim` statement: every level from its start) still runs often
 enough to find what lands behind the cursor (a transaction that committed after jobs
 enqueued later were claimed, a job given back early) and levels the cursor does not
 know. The cursor is used only after SLOW_RUNS full claims in a row were slow (over
-FAST seconds and over PER_JOB seconds per job taken: 5-25 times a normal claim on a
-loaded machine; under an old snapshot they take milliseconds per job), so that on a
-healthy database every claim is a full one and claims keep their exact order. While
+FAST seconds and over PER_JOB seconds per job taken: 2-10 times a normal claim on a
+loaded two-core machine; under an old snapshot they reach milliseconds per job), so
+that on a healthy database claims are full ones and keep their exact order. (At 25 ms
+per 100 jobs the cursor came in only after the drain had fallen to 0.15x.) While
 the full claims are slow, the next one runs once the time since the last one is SHARE
 times what it took: full claims take at most about 1 / (SHARE + 1) of a claimer's time,
 and a job behind the cursor waits at most that long. An idle worker does not sleep
@@ -32,8 +33,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-FAST = 0.02  # seconds: a full claim quicker than this is not slow,
-PER_JOB = 0.00025  # nor one quicker than this per job it took (a normal one: ~10-50 us)
+FAST = 0.01  # seconds: a full claim quicker than this is not slow,
+PER_JOB = 0.0001  # nor one quicker than this per job it took (a normal one: ~10-50 us)
 SLOW_RUNS = 2  # slow full claims in a row before claims come from the cursor
 SHARE = 9.0  # time between slow full claims, in multiples of the last one's time
 LEVELS = 32  # priority levels a cursor remembers at most
