@@ -13,10 +13,10 @@ full claim (the `claim` statement: every level from its start) still runs often
 enough to find what lands behind the cursor (a transaction that committed after jobs
 enqueued later were claimed, a job given back early) and levels the cursor does not
 know. The cursor is used only after SLOW_RUNS full claims in a row were slow (over
-FAST seconds and over PER_JOB seconds per job taken: 2-10 times a normal claim on a
-loaded two-core machine; under an old snapshot they reach milliseconds per job), so
-that on a healthy database claims are full ones and keep their exact order. (At 25 ms
-per 100 jobs the cursor came in only after the drain had fallen to 0.15x.) While
+FAST seconds plus PER_JOB seconds per job taken: 35 ms for 100 jobs, 7-30 times a
+normal claim on a loaded two-core machine; under an old snapshot claims reach
+hundreds of milliseconds), so that on a healthy database claims are full ones and keep
+their exact order. While
 the full claims are slow, the next one runs once the time since the last one is SHARE
 times what it took: full claims take at most about 1 / (SHARE + 1) of a claimer's time,
 and a job behind the cursor waits at most that long. An idle worker does not sleep
@@ -33,9 +33,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-FAST = 0.01  # seconds: a full claim quicker than this is not slow,
-PER_JOB = 0.0001  # nor one quicker than this per job it took (a normal one: ~10-50 us)
-SLOW_RUNS = 2  # slow full claims in a row before claims come from the cursor
+FAST = 0.025  # seconds: a full claim is slow past FAST + PER_JOB per job it took
+PER_JOB = 0.0001  # (a normal claim: ~0.2-2 ms and ~10-50 us per job on two busy cores)
+SLOW_RUNS = 3  # slow full claims in a row before claims come from the cursor
 SHARE = 9.0  # time between slow full claims, in multiples of the last one's time
 LEVELS = 32  # priority levels a cursor remembers at most
 
@@ -59,7 +59,7 @@ class Cursor:
         """Record a claim's rows (id at [0], priority at [2], claimed run time at [3]) and, for a
         full claim, how long it took."""
         if full:
-            slow = seconds >= FAST and seconds >= PER_JOB * max(1, len(rows))
+            slow = seconds >= FAST + PER_JOB * len(rows)
             self._slow = self._slow + 1 if slow else 0
             wait = SHARE * seconds if self._slow >= SLOW_RUNS else 0.0
             self._full_after = time.monotonic() + wait

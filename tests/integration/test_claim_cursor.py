@@ -110,7 +110,7 @@ def test_a_job_behind_the_cursor_waits_for_the_next_full_claim(
 ) -> None:
     with pg_backend.migrated() as store:
         q = store.queue("q")
-        q.enqueue_many(["a", "b"])
+        q.enqueue_many(list(range(_cursor.SLOW_RUNS)))
         for _ in range(_cursor.SLOW_RUNS):  # full claims, slow: the cursor takes over
             job = q.claim()
             assert job is not None
@@ -128,11 +128,11 @@ def test_a_higher_priority_level_waits_for_the_next_full_claim(
 ) -> None:
     with pg_backend.migrated() as store:
         q = store.queue("q")
-        q.enqueue_many(["a", "b", "c"])
+        q.enqueue_many(list(range(_cursor.SLOW_RUNS + 1)))
         for _ in range(_cursor.SLOW_RUNS):
             q.ack_many(q.claim_many(1))
         urgent = q.enqueue("urgent", priority=10)
-        assert [j.payload for j in q.claim_many(10)] == ["c"]
+        assert [j.payload for j in q.claim_many(10)] == [_cursor.SLOW_RUNS]
         slow_claims.now += 3600
         assert [j.id for j in q.claim_many(10)] == [urgent]
 
@@ -148,7 +148,7 @@ def test_a_paused_queue_gives_nothing_from_the_cursor(
         q.pause()
         assert q.claim_many(10) == []
         q.resume()
-        assert len(q.claim_many(10)) == 8
+        assert len(q.claim_many(10)) == 10 - _cursor.SLOW_RUNS
 
 
 def test_an_idle_worker_finds_a_job_behind_the_cursor_before_its_poll(
@@ -173,7 +173,7 @@ def test_an_idle_worker_finds_a_job_behind_the_cursor_before_its_poll(
         thread = threading.Thread(target=worker.run, daemon=True)
         thread.start()
         try:
-            for name in ("a", "b", "c"):
+            for name in [f"job {i}" for i in range(_cursor.SLOW_RUNS + 1)]:
                 q.enqueue(name)
                 deadline = time.monotonic() + 10
                 while name not in ran and time.monotonic() < deadline:
