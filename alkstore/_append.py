@@ -8,7 +8,7 @@ from typing import Any, overload
 import apsw
 import psycopg
 
-from alkstore import _checks, _config, _engine, _events, postgres, sqlite
+from alkstore import _checks, _config, _engine, _events, _owned, postgres, sqlite
 
 DEFAULT_MAX_PAYLOAD = _checks.DEFAULT_MAX_PAYLOAD
 
@@ -22,7 +22,7 @@ def _rows(
 
 @overload
 def append_many(
-    conn: psycopg.AsyncConnection[Any],
+    conn: _owned.AsyncHolder,
     events: Iterable[_events.Event],
     *,
     key: str | None = ...,
@@ -32,7 +32,7 @@ def append_many(
 ) -> Awaitable[None]: ...
 @overload
 def append_many(
-    conn: psycopg.Connection[Any] | apsw.Connection,
+    conn: _owned.SyncHolder,
     events: Iterable[_events.Event],
     *,
     key: str | None = ...,
@@ -51,9 +51,13 @@ def append_many(
 ) -> Awaitable[None] | None:
     """Append events on a connection you own, inside the transaction open on it.
 
-    Works on apsw.Connection, psycopg.Connection and psycopg.AsyncConnection
-    (await the result). The events commit or roll back with your transaction;
-    with no transaction open this raises NotInTransaction, it never autocommits.
+    Works on apsw.Connection, psycopg.Connection and psycopg.AsyncConnection, and on
+    what holds one: SQLAlchemy's Session, Connection, AsyncSession and AsyncConnection
+    (postgresql+psycopg), Django's connection (postgresql backend, psycopg 3); await
+    the result on the async kinds (docs/adr/0024). Anything else, SQLite through the
+    standard library's sqlite3 included, raises UnsupportedConnection. The events
+    commit or roll back with your transaction; with no transaction open this raises
+    NotInTransaction, it never autocommits.
     Each event is checked as `tx.append` checks it, before anything is sent:
     InvalidPayload if it would not decode back equal, PayloadTooLarge over
     `max_payload_bytes` (set it as in `alkstore.connect` of the processes that relay).
@@ -62,21 +66,25 @@ def append_many(
     rows = _rows(events, key, headers, max_payload_bytes)
     if isinstance(conn, psycopg.AsyncConnection):
         return postgres.append_on_async(conn, namespace, rows)
-    if isinstance(conn, psycopg.Connection):
-        postgres.append_on(conn, namespace, rows)
-    elif isinstance(conn, apsw.Connection):
-        sqlite.append_on(conn, namespace, rows)
+    target = _owned.driver(conn)
+    if isinstance(target, psycopg.Connection):
+        postgres.append_on(target, namespace, rows)
+    elif isinstance(target, apsw.Connection):
+        sqlite.append_on(target, namespace, rows)
     else:
-        raise TypeError(
-            "alkstore.append takes an apsw.Connection, psycopg.Connection or "
-            f"psycopg.AsyncConnection, got {type(conn).__name__}"
-        )
+        return _append_async(target, namespace, rows)
     return None
+
+
+async def _append_async(
+    pending: _owned.Async, namespace: str, rows: list[_engine.EventRow]
+) -> None:
+    await postgres.append_on_async(await pending, namespace, rows)
 
 
 @overload
 def append(
-    conn: psycopg.AsyncConnection[Any],
+    conn: _owned.AsyncHolder,
     event: _events.Event,
     *,
     key: str | None = ...,
@@ -86,7 +94,7 @@ def append(
 ) -> Awaitable[None]: ...
 @overload
 def append(
-    conn: psycopg.Connection[Any] | apsw.Connection,
+    conn: _owned.SyncHolder,
     event: _events.Event,
     *,
     key: str | None = ...,

@@ -1,0 +1,85 @@
+"""The connection under `alkstore.append(conn, ...)` / `alkstore.enqueue(conn, ...)`.
+
+The application hands alkstore what it holds: a driver connection (apsw, psycopg sync
+or async), a SQLAlchemy session or connection, or Django's connection. alkstore writes
+through the driver connection underneath, inside the transaction open there, and
+never opens a connection of its own (docs/adr/0024). The adapters for SQLAlchemy and
+Django are imported only when such an object arrives: both are optional extras.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Awaitable
+from typing import Any, TypeAlias
+
+import apsw
+import psycopg
+
+from alkstore import _errors
+
+Sync: TypeAlias = "apsw.Connection | psycopg.Connection[Any]"
+Async: TypeAlias = "Awaitable[psycopg.AsyncConnection[Any]]"
+
+# What the application may pass (the overloads of append and enqueue): on the async
+# kinds the call returns an awaitable.
+SyncHolder: TypeAlias = "apsw.Connection | psycopg.Connection[Any]"
+AsyncHolder: TypeAlias = "psycopg.AsyncConnection[Any]"
+
+SUPPORTED = (
+    "an apsw.Connection, a psycopg (3) Connection or AsyncConnection, a SQLAlchemy "
+    "Session, Connection, AsyncSession or AsyncConnection on postgresql+psycopg, or a "
+    "Django connection on the postgresql backend with psycopg 3"
+)
+SQLITE3 = (
+    "on SQLite alkstore writes through apsw, and this is the standard library's sqlite3 "
+    "(SQLAlchemy's and Django's SQLite backends use it). Writing through it would put a "
+    "second copy of the SQLite library on the database file in every process that also "
+    "opens an alkstore store, which SQLite documents as a way to corrupt it (POSIX locks "
+    "of one copy are dropped when the other closes the file). Append on an apsw "
+    "connection (`alkstore.append(apsw_conn, ...)` or `store.transaction()`), or use "
+    "PostgreSQL for the application (docs/adr/0024)"
+)
+
+
+def unsupported(what: object, detail: str | None = None) -> _errors.UnsupportedConnection:
+    """The error for a connection alkstore cannot write through (nothing was written)."""
+    kind = f"{type(what).__module__}.{type(what).__qualname__}"
+    if isinstance(what, sqlite3.Connection):
+        return _errors.UnsupportedConnection(f"{kind} is not supported: {SQLITE3}")
+    return _errors.UnsupportedConnection(
+        f"{kind} is not supported{': ' + detail if detail else ''}; "
+        f"alkstore writes through {SUPPORTED}"
+    )
+
+
+def checked(driver: object, holder: object) -> Sync:
+    """`driver` (found under `holder`) if alkstore can write through it synchronously."""
+    if isinstance(driver, psycopg.Connection | apsw.Connection):
+        return driver
+    if isinstance(driver, sqlite3.Connection):
+        raise unsupported(driver)
+    raise unsupported(driver, f"found under {type(holder).__qualname__}")
+
+
+async def checked_async(pending: Awaitable[object], holder: object) -> psycopg.AsyncConnection[Any]:
+    driver = await pending
+    if isinstance(driver, psycopg.AsyncConnection):
+        return driver
+    raise unsupported(driver, f"found under {type(holder).__qualname__}")
+
+
+def driver(conn: object) -> Sync | Async:
+    """The driver connection under `conn`, or an awaitable of it for the async kinds.
+
+    Raises UnsupportedConnection (nothing written, no connection opened) for anything
+    else, NotInTransaction where the framework says its transaction is unusable."""
+    if isinstance(conn, psycopg.Connection | apsw.Connection):
+        return conn
+    if isinstance(conn, psycopg.AsyncConnection):
+        return _ready(conn)
+    raise unsupported(conn)
+
+
+async def _ready(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncConnection[Any]:
+    return conn
