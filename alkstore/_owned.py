@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Awaitable
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import apsw
 import psycopg
@@ -22,9 +22,20 @@ Sync: TypeAlias = "apsw.Connection | psycopg.Connection[Any]"
 Async: TypeAlias = "Awaitable[psycopg.AsyncConnection[Any]]"
 
 # What the application may pass (the overloads of append and enqueue): on the async
-# kinds the call returns an awaitable.
-SyncHolder: TypeAlias = "apsw.Connection | psycopg.Connection[Any]"
-AsyncHolder: TypeAlias = "psycopg.AsyncConnection[Any]"
+# kinds the call returns an awaitable. SQLAlchemy is an optional extra: without it these
+# names are Any to a type checker.
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection as SAConnection
+    from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
+    from sqlalchemy.ext.asyncio import AsyncSession, async_scoped_session
+    from sqlalchemy.orm import Session, scoped_session
+
+SyncHolder: TypeAlias = (
+    "apsw.Connection | psycopg.Connection[Any] | Session | SAConnection | scoped_session[Any]"
+)
+AsyncHolder: TypeAlias = (
+    "psycopg.AsyncConnection[Any] | AsyncSession | SAAsyncConnection | async_scoped_session[Any]"
+)
 
 SUPPORTED = (
     "an apsw.Connection, a psycopg (3) Connection or AsyncConnection, a SQLAlchemy "
@@ -78,6 +89,11 @@ def driver(conn: object) -> Sync | Async:
         return conn
     if isinstance(conn, psycopg.AsyncConnection):
         return _ready(conn)
+    package = type(conn).__module__.partition(".")[0]
+    if package == "sqlalchemy":
+        from alkstore import _sqlalchemy  # optional: only for SQLAlchemy's objects
+
+        return _sqlalchemy.driver(conn)
     raise unsupported(conn)
 
 
