@@ -94,6 +94,10 @@ def driver(conn: object) -> Sync | Async:
         from alkstore import _sqlalchemy  # optional: only for SQLAlchemy's objects
 
         return _sqlalchemy.driver(conn)
+    from alkstore import _django  # imports no Django: reads its connection's attributes
+
+    if package == "django" or _django.looks_like(conn):
+        return _django.driver(conn)
     raise unsupported(conn)
 
 
