@@ -9,7 +9,7 @@ Django are imported only when such an object arrives: both are optional extras.
 
 from __future__ import annotations
 
-import sqlite3
+import sys
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -53,10 +53,17 @@ SQLITE3 = (
 )
 
 
+def _is_sqlite3(conn: object) -> bool:
+    """A standard-library sqlite3 connection (not importing sqlite3 to ask: if it was
+    never imported, this is not one of its connections)."""
+    module = sys.modules.get("sqlite3")
+    return module is not None and isinstance(conn, module.Connection)
+
+
 def unsupported(what: object, detail: str | None = None) -> _errors.UnsupportedConnection:
     """The error for a connection alkstore cannot write through (nothing was written)."""
     kind = f"{type(what).__module__}.{type(what).__qualname__}"
-    if isinstance(what, sqlite3.Connection):
+    if _is_sqlite3(what):
         return _errors.UnsupportedConnection(f"{kind} is not supported: {SQLITE3}")
     return _errors.UnsupportedConnection(
         f"{kind} is not supported{': ' + detail if detail else ''}; "
@@ -68,7 +75,7 @@ def checked(driver: object, holder: object) -> Sync:
     """`driver` (found under `holder`) if alkstore can write through it synchronously."""
     if isinstance(driver, psycopg.Connection | apsw.Connection):
         return driver
-    if isinstance(driver, sqlite3.Connection):
+    if _is_sqlite3(driver):
         raise unsupported(driver)
     raise unsupported(driver, f"found under {type(holder).__qualname__}")
 
