@@ -42,7 +42,7 @@ def manage(
 
 def test_djangos_test_runner_passes_the_outbox_tests(pg_url: str) -> None:
     """`manage.py test`: Django makes its test database (test_<name>) and drops it."""
-    done = manage(None, pg_url, "test", "examples.django_orders.orders", "-v", "2")
+    done = manage(None, pg_url, "test", "examples.django_orders.orders", "-v", "2", "--noinput")
     report = done.stdout + done.stderr
     assert re.search(r"Ran 8 tests in .*\n\nOK", report), report
     assert "Creating test database for alias 'default'" in report
