@@ -13,14 +13,17 @@ commits it with the business rows it flushes, `rollback()` and a rolled-back
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import engine as sa_engine
+from sqlalchemy import exc as sa_exc
 from sqlalchemy import orm
 from sqlalchemy.engine.interfaces import Dialect
 from sqlalchemy.ext import asyncio as sa_asyncio
 
-from alkstore import _owned
+from alkstore import _errors, _owned
 
 
 def _check_dialect(dialect: Dialect, holder: object) -> None:
@@ -43,7 +46,8 @@ def driver(conn: Any) -> _owned.Sync | _owned.Async:
         conn = conn()
     if isinstance(conn, orm.Session):
         _check_dialect(conn.get_bind().dialect, conn)
-        connection = conn.connection()  # begins the session's transaction if none is
+        with _no_autobegin(conn):
+            connection = conn.connection()  # begins the session's transaction if none is
         return _owned.checked(connection.connection.driver_connection, conn)
     if isinstance(conn, sa_engine.Connection):
         _check_dialect(conn.dialect, conn)
@@ -62,7 +66,24 @@ def driver(conn: Any) -> _owned.Sync | _owned.Async:
 
 
 async def _from_session(session: sa_asyncio.AsyncSession) -> object:
-    return await _from_connection(await session.connection())
+    with _no_autobegin(session.sync_session):
+        conn = await session.connection()
+    return await _from_connection(conn)
+
+
+@contextmanager
+def _no_autobegin(session: orm.Session) -> Iterator[None]:
+    """A session made with autobegin=False and no transaction begun: NotInTransaction,
+    as everywhere else (SQLAlchemy's own error would be an InvalidRequestError)."""
+    try:
+        yield
+    except sa_exc.InvalidRequestError as exc:
+        if session.in_transaction():
+            raise
+        raise _errors.NotInTransaction(
+            "alkstore needs an open transaction on this session (autobegin is off: "
+            "`with session.begin():`); alkstore never autocommits"
+        ) from exc
 
 
 async def _from_connection(conn: sa_asyncio.AsyncConnection) -> object:

@@ -160,6 +160,22 @@ def test_autocommit_isolation_is_refused(place: Place) -> None:
     assert (place.events(), place.jobs()) == ([], [])
 
 
+def test_a_session_without_autobegin_needs_its_begin(place: Place) -> None:
+    with orm.Session(place.engine, autobegin=False) as session:
+        with pytest.raises(alkstore.NotInTransaction, match="autobegin"):
+            place.write(session, 1)
+        with session.begin():
+            place.write(session, 2)
+
+    async def main() -> None:
+        async with AsyncSession(place.async_engine, autobegin=False) as session:
+            with pytest.raises(alkstore.NotInTransaction, match="autobegin"):
+                await place.write_async(session, 3)
+
+    asyncio.run(main())
+    assert (place.events(), place.jobs()) == ([2], ["2"])
+
+
 def test_scoped_session_is_the_session_of_the_scope(place: Place) -> None:
     scoped = orm.scoped_session(orm.sessionmaker(place.engine))
     scoped.add(Order(id=1, total_cents=10))
