@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Any
@@ -154,3 +155,19 @@ def test_connections_alkstore_cannot_join_are_a_typed_error(store: alkstore.Stor
         alkstore.enqueue(object(), "email", 1)  # type: ignore[call-overload]
     assert isinstance(info.value, TypeError)
     assert waiting(store, "email") == []
+
+
+def test_the_commit_wakes_a_listener_of_a_store_in_this_process(
+    store: alkstore.Store, backend: Backend, conn: Any
+) -> None:
+    """SQLite: the data_version watcher sees the commit; PostgreSQL: the store's
+    notifier watches the caller's connection and NOTIFYs once it commits."""
+    listener = store.listen()
+    listener.wait(1.0)  # a fresh PostgreSQL listener fires once connected
+    while listener.wait(0.05):
+        pass
+    with block(conn):
+        alkstore.enqueue(conn, "email", 1, namespace=backend.namespace)
+    started = time.monotonic()
+    assert listener.wait(5.0), "no wake within 5 s of the commit"
+    assert time.monotonic() - started < 1.0  # a generous bound the re-poll alone would miss
