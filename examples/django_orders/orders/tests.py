@@ -11,7 +11,7 @@ import io
 from contextlib import redirect_stderr, redirect_stdout
 from typing import Any, ClassVar
 
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import IntegrityError, connection, connections, transaction
 from django.test import TransactionTestCase
 
@@ -122,3 +122,5 @@ class OutboxOnDjangosConnection(TransactionTestCase):
         ):
             call_command("alkstore", "queues", "show", "no-such-queue")
         self.assertNotEqual(exit_.exception.code, 0)
+        with self.assertRaisesMessage(CommandError, "no database 'elsewhere'"):
+            call_command("alkstore", "--database", "elsewhere", "status")
