@@ -1,10 +1,9 @@
 """alkstore: the transactional outbox as an event log, on SQLite or PostgreSQL."""
 
-from alkstore._append import append, append_many
+from alkstore._append import append, append_many, enqueue
 from alkstore._backoff import Backoff, Exponential, Fixed, Linear
 from alkstore._bulk import JobSpec
 from alkstore._engine import Engine, LogEntry
-from alkstore._enqueue import enqueue
 from alkstore._errors import (
     AlkstoreError,
     ConfigurationError,

@@ -3,8 +3,9 @@
 The application hands alkstore what it holds: a driver connection (apsw, psycopg sync
 or async), a SQLAlchemy session or connection, or Django's connection. alkstore writes
 through the driver connection underneath, inside the transaction open there, and
-never opens a connection of its own (docs/adr/0024). The adapters for SQLAlchemy and
-Django are imported only when such an object arrives: both are optional extras.
+never opens a connection of its own (docs/adr/0024). SQLAlchemy's adapter
+(`_sqlalchemy`) is imported only when one of its objects arrives; Django's connection is
+read through its attributes, without importing Django. Both are optional extras.
 """
 
 from __future__ import annotations
@@ -101,12 +102,45 @@ def driver(conn: object) -> Sync | Async:
         from alkstore import _sqlalchemy  # optional: only for SQLAlchemy's objects
 
         return _sqlalchemy.driver(conn)
-    from alkstore import _django  # imports no Django: reads its connection's attributes
-
-    if package == "django" or _django.looks_like(conn):
-        return _django.driver(conn)
+    if package == "django" or _django_like(conn):
+        return _django(conn)
     raise unsupported(conn)
 
 
 async def _ready(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncConnection[Any]:
     return conn
+
+
+def _django_like(conn: object) -> bool:
+    """A Django database connection (`django.db.connection`, `connections[alias]`, or a
+    backend of another package built on Django's base class)."""
+    return hasattr(conn, "in_atomic_block") and hasattr(conn, "ensure_connection")
+
+
+def _django(conn: Any) -> Sync:
+    """The psycopg connection under Django's connection (Django 4.2 LTS, 5.x), inside
+    `transaction.atomic()`. Django is never imported: the connection is read through
+    its documented attributes. The event or job is written in the transaction
+    `atomic()` opened, so it commits and rolls back with the block, and a nested
+    `atomic()` is a savepoint for it too: no `transaction.on_commit` hook is needed.
+    Outside `atomic()` Django autocommits, and alkstore never does: NotInTransaction."""
+    vendor = getattr(conn, "vendor", None)
+    if vendor == "sqlite":
+        raise unsupported(conn, f"a Django SQLite database: {SQLITE3}")
+    if vendor != "postgresql":
+        raise unsupported(
+            conn, f"a Django {vendor} database; alkstore runs on Django's postgresql backend"
+        )
+    conn.validate_thread_sharing()  # Django's own rule for its connections
+    if conn.in_atomic_block and conn.needs_rollback:
+        raise _errors.NotInTransaction(
+            "Django marked this atomic block for rollback (an error inside it was caught "
+            "without a savepoint); nothing more can be written in it"
+        )
+    if conn.get_autocommit():
+        raise _errors.NotInTransaction(
+            "alkstore needs an open transaction on Django's connection: call it inside "
+            "`with transaction.atomic():`; alkstore never autocommits"
+        )
+    conn.ensure_connection()
+    return checked(conn.connection, conn)

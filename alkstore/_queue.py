@@ -67,7 +67,7 @@ class Runtime:
 
 class Encoding(Protocol):
     """What encoding a job needs: a Runtime, or `alkstore.enqueue`'s settings on a
-    connection the application owns (alkstore/_enqueue.py)."""
+    connection the application owns (alkstore/_append.py)."""
 
     @property
     def clock(self) -> Callable[[], float] | None: ...
