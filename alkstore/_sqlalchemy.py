@@ -73,10 +73,15 @@ async def _from_session(session: sa_asyncio.AsyncSession) -> object:
 
 @contextmanager
 def _no_autobegin(session: orm.Session) -> Iterator[None]:
-    """A session made with autobegin=False and no transaction begun: NotInTransaction,
-    as everywhere else (SQLAlchemy's own error would be an InvalidRequestError)."""
+    """NotInTransaction, as everywhere else, where SQLAlchemy would raise its own
+    InvalidRequestError: autobegin=False and no transaction begun, or a transaction
+    that a failed flush left to be rolled back."""
     try:
         yield
+    except sa_exc.PendingRollbackError as exc:  # a failed flush: as psycopg's INERROR
+        raise _errors.NotInTransaction(
+            "the session's transaction has failed; roll it back"
+        ) from exc
     except sa_exc.InvalidRequestError as exc:
         if session.in_transaction():
             raise

@@ -124,6 +124,8 @@ def test_the_flush_and_the_event_commit_together_or_not_at_all(place: Place) -> 
         session.add(Order(id=1, total_cents=99))  # a duplicate key: the flush fails
         with pytest.raises(sa.exc.IntegrityError):
             session.commit()
+        with pytest.raises(alkstore.NotInTransaction, match="roll it back"):
+            place.write(session, 4)  # the failed flush left the transaction to roll back
         session.rollback()
         session.add(Order(id=3, total_cents=30))
         session.flush()
@@ -211,6 +213,8 @@ def test_async_session_and_connection(place: Place) -> None:
             session.add(Order(id=1, total_cents=99))
             with pytest.raises(sa.exc.IntegrityError):
                 await session.commit()
+            with pytest.raises(alkstore.NotInTransaction, match="roll it back"):
+                await place.write_async(session, 9)
         async with place.async_engine.connect() as conn:
             await place.write_async(conn, 7)  # begins, as conn.execute() would
             assert conn.in_transaction()
