@@ -5,9 +5,13 @@ end through manage.py, each step a process of its own (docs/adr/0024)."""
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -48,31 +52,69 @@ def test_djangos_test_runner_passes_the_outbox_tests(pg_url: str) -> None:
     assert "Creating test database for alias 'default'" in report
 
 
-def test_the_project_places_an_order_and_its_worker_sends_the_receipt(place: Place) -> None:
+def test_the_project_places_an_order_and_its_worker_sends_the_receipt(
+    place: Place, tmp_path: Path
+) -> None:
     url = place.url  # the application's tables in a schema of their own (search_path)
+    ns = place.namespace
     manage(place, url, "migrate")
-    assert f"migrated {place.namespace}" in manage(place, url, "alkstore", "migrate").stdout
+    assert f"migrated {ns}" in manage(place, url, "alkstore", "migrate").stdout
+    manage(place, url, "alkstore", "subscriptions", "add", "orders.audit", "django_orders.*")
     assert manage(place, url, "place_order", "ann@example.com", "1250").stdout.strip() == (
         "order 1 placed"
     )
     refused = manage(place, url, "place_order", "bob@example.com", "1000000", ok=False)
     assert refused.returncode == 1 and "over the credit limit" in refused.stderr
 
-    worker = manage(
-        place, url, "alkstore", "worker", "examples.django_orders.orders.jobs:worker", "--once"
-    )
-    assert "'ack': 1" in worker.stderr, worker.stderr
-    status = manage(place, url, "alkstore", "status").stdout
-    assert "log head: 1" in status, status
+    with psycopg.connect(url, autocommit=True) as conn:
+        with background(place, url, tmp_path / "relay.log", "alkstore", "relay") as relay:
+            deadline = time.monotonic() + 30
+            while not conn.execute(
+                f"SELECT 1 FROM {ns}.jobs WHERE queue = 'orders.audit'"
+            ).fetchall():
+                assert relay.poll() is None and time.monotonic() < deadline, (
+                    tmp_path / "relay.log"
+                ).read_text()
+                time.sleep(0.1)
+        assert relay.returncode == 0, (tmp_path / "relay.log").read_text()  # SIGTERM: clean
 
-    with psycopg.connect(url) as conn:  # what the processes left behind
+        worker = manage(
+            place, url, "alkstore", "worker", "examples.django_orders.orders.jobs:worker", "--once"
+        )
+        assert "'ack': 2" in worker.stderr, worker.stderr
+        assert "audit: order 1, 1250 cents" in worker.stderr, worker.stderr
+        status = manage(place, url, "alkstore", "status").stdout
+        assert "log head: 1" in status and "orders.audit" in status, status
+
+        # what the processes left behind
         assert conn.execute(
             "SELECT id, email, receipt_sent FROM orders_order ORDER BY id"
         ).fetchall() == [(1, "ann@example.com", True)]
-        assert conn.execute(f"SELECT type, key FROM {place.namespace}.events").fetchall() == [
+        assert conn.execute(f"SELECT type, key FROM {ns}.events").fetchall() == [
             ("django_orders.order_placed", "order-1")
         ]
-        assert conn.execute(f"SELECT count(*) FROM {place.namespace}.jobs").fetchall() == [(0,)]
+        assert conn.execute(f"SELECT count(*) FROM {ns}.jobs").fetchall() == [(0,)]
+
+
+@contextmanager
+def background(place: Place, url: str, log: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]:
+    """`manage.py ARGS` running until the block ends, then stopped with SIGTERM."""
+    env = environment() | {"DATABASE_URL": url, "ALKSTORE_NAMESPACE": place.namespace}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, *MANAGE, *args], cwd=ROOT, env=env, stdout=out,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def test_manage_py_alkstore_without_a_command_says_what_to_name() -> None:

@@ -1,9 +1,12 @@
-"""The worker: `manage.py alkstore worker examples.django_orders.orders.jobs:worker`.
+"""The worker: `manage.py alkstore worker examples.django_orders.orders.jobs:worker`: the
+receipt jobs `place_order()` enqueued, and the audit jobs the relay made from its events.
 
 Loaded inside manage.py, so Django is set up and the handler uses the ORM; the store is
 on Django's database (`relay.django.connect()`)."""
 
 from __future__ import annotations
+
+import logging
 
 from django.db import close_old_connections
 
@@ -11,8 +14,9 @@ import alkstore
 import relay
 import relay.django
 from examples.django_orders.orders.models import Order
-from examples.django_orders.orders.shop import RECEIPTS
+from examples.django_orders.orders.shop import AUDIT, RECEIPTS, OrderPlaced
 
+log = logging.getLogger("examples.django_orders")
 store = relay.django.connect()
 worker = relay.Worker(store)
 
@@ -26,3 +30,9 @@ def send_receipt(job: alkstore.Job[dict[str, int]]) -> None:
         Order.objects.filter(id=job.payload["order_id"]).update(receipt_sent=True)
     finally:
         close_old_connections()
+
+
+@worker.handler(AUDIT)
+def audit(job: alkstore.Job[OrderPlaced]) -> None:
+    # routed by the relay from the log (`manage.py alkstore subscriptions add ...`)
+    log.info("audit: order %d, %d cents", job.payload.order_id, job.payload.total_cents)

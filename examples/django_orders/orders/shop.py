@@ -14,7 +14,9 @@ from django.db import connection, transaction
 import alkstore
 from examples.django_orders.orders.models import Order
 
-RECEIPTS = "orders.receipt"
+RECEIPTS = "orders.receipt"  # enqueued by place_order()
+# fed by the relay: `manage.py alkstore subscriptions add orders.audit 'django_orders.*'`
+AUDIT = "orders.audit"
 CREDIT_LIMIT_CENTS = 100_000
 
 
