@@ -1,6 +1,6 @@
 """alkstore: the transactional outbox as an event log, on SQLite or PostgreSQL."""
 
-from alkstore._append import append, append_many
+from alkstore._append import append, append_many, enqueue
 from alkstore._backoff import Backoff, Exponential, Fixed, Linear
 from alkstore._bulk import JobSpec
 from alkstore._engine import Engine, LogEntry
@@ -28,6 +28,7 @@ from alkstore._errors import (
     StorageError,
     TransactionOpen,
     UnknownEventType,
+    UnsupportedConnection,
 )
 from alkstore._events import Event
 from alkstore._jobs import Attempt, DeadLetter, Job, JobInfo, QueueStats, SweepResult
@@ -99,9 +100,11 @@ __all__ = [
     "Transaction",
     "TransactionOpen",
     "UnknownEventType",
+    "UnsupportedConnection",
     "WorkerInfo",
     "append",
     "append_many",
     "connect",
+    "enqueue",
 ]
 __version__ = "0.1.0"

@@ -85,6 +85,12 @@ class NotInTransaction(AlkstoreError):
     """Appending needs an open transaction on the connection; alkstore never autocommits."""
 
 
+class UnsupportedConnection(AlkstoreError, TypeError):
+    """`alkstore.append` / `alkstore.enqueue` cannot write through this connection: it is
+    not one whose transaction alkstore can join (docs/adr/0024). Nothing was written, and
+    alkstore opened no connection of its own."""
+
+
 class TransactionOpen(AlkstoreError):
     """A store transaction is open on this thread; inside it, use `tx` (docs/adr/0016)."""
 

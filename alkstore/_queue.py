@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, overload
+from typing import Any, Literal, Protocol, overload
 
 import msgspec
 
@@ -66,6 +66,16 @@ class Runtime:
         return self.engine.now_ms() if self.clock is None else int(self.clock() * 1000)
 
 
+class Encoding(Protocol):
+    """What encoding a job needs: a Runtime, or `alkstore.enqueue`'s settings on a
+    connection the application owns (alkstore/_append.py)."""
+
+    @property
+    def clock(self) -> Callable[[], float] | None: ...
+    @property
+    def max_payload_bytes(self) -> int: ...
+
+
 class QueueConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Per-queue defaults, stored in the database so every process uses the same."""
 
@@ -84,7 +94,7 @@ _whole = _checks.whole
 _instant_ms = _checks.instant_ms
 
 
-def plain_params(runtime: Runtime, queue: str, payload: object) -> dict[str, Any]:
+def plain_params(runtime: Encoding, queue: str, payload: object) -> dict[str, Any]:
     """One job with every option at its default (the hot path: `queue` already checked).
     Times are relative to the statement's `now` (the database's, ADR 0012)."""
     clock = runtime.clock
@@ -109,7 +119,7 @@ def plain_params(runtime: Runtime, queue: str, payload: object) -> dict[str, Any
 
 
 def enqueue_params(
-    runtime: Runtime,
+    runtime: Encoding,
     queue: str,
     payload: object,
     *,
