@@ -1,6 +1,7 @@
 """alkstore: the transactional outbox as an event log, on SQLite or PostgreSQL."""
 
 from alkstore._append import append, append_many
+from alkstore._astore import AsyncJob, AsyncQueue, AsyncStore, AsyncTransaction, open_async
 from alkstore._backoff import Backoff, Exponential, Fixed, Linear
 from alkstore._bulk import JobSpec
 from alkstore._engine import Engine, LogEntry
@@ -44,6 +45,10 @@ from alkstore._workers import Presence, WorkerInfo
 
 __all__ = [
     "AlkstoreError",
+    "AsyncJob",
+    "AsyncQueue",
+    "AsyncStore",
+    "AsyncTransaction",
     "Attempt",
     "Backoff",
     "ConfigurationError",
@@ -103,5 +108,6 @@ __all__ = [
     "append",
     "append_many",
     "connect",
+    "open_async",
 ]
 __version__ = "0.1.0"

@@ -1,0 +1,384 @@
+"""The async store API: `await alkstore.open_async(url)` (docs/adr/0025).
+
+A thin adapter over the synchronous store, never a second implementation: each
+method hands the sync method of the same name to `_offload` (a thread) and awaits
+it, so validation, errors, encoding, SQL and the engines' tuned paths are the sync
+API's, on both engines. What is async-only lives here: which thread runs what
+(one lane per transaction), and the rule of ADR 0016 per task instead of per thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
+
+import psycopg
+
+from alkstore import _errors, _events, _jobs, _offload, _queue, _store, _wake
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+DEFAULT_THREADS = 10  # alkstore.connect's default pool_size
+
+# The async store whose transaction the current task is inside (ADR 0016, per task).
+_inside: contextvars.ContextVar[AsyncStore | None] = contextvars.ContextVar(
+    "alkstore_async_transaction", default=None
+)
+_OPEN = (
+    "a store transaction is open in this task: inside `async with store.transaction() as tx:` "
+    "use tx.append, tx.enqueue and tx.run; other calls of the same store would run in a "
+    "transaction of their own (docs/adr/0016, docs/adr/0025)"
+)
+
+
+def _execute(conn: Any, query: Any, params: Any) -> list[tuple[Any, ...]]:
+    """One statement on the transaction's driver connection (apsw or psycopg); its rows."""
+    if isinstance(conn, psycopg.Connection):
+        cursor = conn.execute(query, params)
+        return cursor.fetchall() if cursor.description else []
+    return list(conn.execute(query, params))
+
+
+class AsyncJob(Generic[T]):
+    """A claimed job (`alkstore.Job`) whose ack, retry, fail, release and heartbeat are
+    awaited. `job` is the sync handle: read anything from it, call nothing on it."""
+
+    __slots__ = ("_store", "job")
+
+    def __init__(self, store: AsyncStore, job: _jobs.Job[T]) -> None:
+        self._store = store
+        self.job = job
+
+    @property
+    def id(self) -> int:
+        return int(self.job.id)
+
+    @property
+    def queue(self) -> str:
+        return str(self.job.queue)
+
+    @property
+    def payload(self) -> T:
+        return self.job.payload
+
+    @property
+    def raw_payload(self) -> Any:
+        return self.job.raw_payload
+
+    @property
+    def attempt(self) -> int:
+        return int(self.job.attempt)
+
+    @property
+    def max_attempts(self) -> int:
+        return int(self.job.max_attempts)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return self.job.headers
+
+    @property
+    def lease_lost(self) -> bool:
+        return self.job.lease_lost
+
+    async def ack(self) -> None:
+        """The job is done: delete it."""
+        await self._store.run(self.job.ack)
+
+    async def retry(self, delay: float | None = None, error: str | None = None) -> None:
+        """As `Job.retry`: again after `delay` (None: the backoff), or dead-lettered."""
+        await self._store.run(self.job.retry, delay, error)
+
+    async def fail(self, reason: str) -> None:
+        """Give up now: move the job to the dead letters with `reason`."""
+        await self._store.run(self.job.fail, reason)
+
+    async def release(self, delay: float = 0) -> None:
+        """Give the job back unprocessed; this attempt does not count."""
+        await self._store.run(self.job.release, delay)
+
+    async def heartbeat(self, progress: Any = None, extend: float | None = None) -> None:
+        """Renew the lease and store optional progress."""
+        await self._store.run(self.job.heartbeat, progress, extend)
+
+    def __repr__(self) -> str:
+        return f"<AsyncJob {self.job.queue}#{self.job.id}>"
+
+
+class AsyncQueue:
+    """`store.queue(name)` of an async store: the producing and consuming half awaited.
+    Anything else of `alkstore.Queue`: `await store.run(queue.sync.dead_letters)`."""
+
+    __slots__ = ("_store", "sync")
+
+    def __init__(self, store: AsyncStore, queue: _queue.Queue) -> None:
+        self._store = store
+        self.sync = queue
+        """The synchronous `alkstore.Queue` (call it through `store.run`, not directly)."""
+
+    @property
+    def name(self) -> str:
+        return self.sync.name
+
+    @overload
+    async def enqueue(
+        self, payload: object, *, on_duplicate: Literal["raise"] = ..., **options: Any
+    ) -> int: ...
+    @overload
+    async def enqueue(
+        self, payload: object, *, on_duplicate: Literal["ignore"], **options: Any
+    ) -> int | None: ...
+    async def enqueue(
+        self, payload: object, *, on_duplicate: _queue.OnDuplicate = "raise", **options: Any
+    ) -> int | None:
+        """`Queue.enqueue`: one job in its own transaction; its id."""
+        enqueue: Callable[..., int | None] = self.sync.enqueue  # one call for both overloads
+        return await self._store.run(enqueue, payload, on_duplicate=on_duplicate, **options)
+
+    async def enqueue_many(
+        self, items: Iterable[object], *, on_duplicate: _queue.OnDuplicate = "raise", **options: Any
+    ) -> list[int | None]:
+        """`Queue.enqueue_many`: several jobs in one transaction; their ids."""
+        items = list(items)  # an iterator is read here, not on a thread
+        return await self._store.run(
+            self.sync.enqueue_many, items, on_duplicate=on_duplicate, **options
+        )
+
+    async def claim(self, visibility: float | None = None) -> AsyncJob[Any] | None:
+        """`Queue.claim`: the next visible job, or None."""
+        job = await self._store.run(self.sync.claim, visibility)
+        return None if job is None else AsyncJob(self._store, job)
+
+    async def claim_many(self, n: int, visibility: float | None = None) -> list[AsyncJob[Any]]:
+        """`Queue.claim_many`: up to n jobs, highest priority first."""
+        jobs = await self._store.run(self.sync.claim_many, n, visibility)
+        store = self._store
+        return [AsyncJob(store, job) for job in jobs]
+
+    async def ack_many(self, jobs: Sequence[AsyncJob[Any]]) -> list[int]:
+        """`Queue.ack_many`: one statement; the ids whose lease was lost."""
+        return await self._store.run(self.sync.ack_many, [job.job for job in jobs])
+
+    async def next_due(self) -> float | None:
+        return await self._store.run(self.sync.next_due)
+
+    async def stats(self) -> _jobs.QueueStats:
+        return await self._store.run(self.sync.stats)
+
+    async def config(self, *, refresh: bool = False) -> _queue.QueueConfig:
+        return await self._store.run(self.sync.config, refresh=refresh)
+
+    async def configure(self, **options: Any) -> _queue.QueueConfig:
+        """`Queue.configure(max_attempts=, backoff=, visibility=, dead_retention=)`."""
+        return await self._store.run(self.sync.configure, **options)
+
+    def __repr__(self) -> str:
+        return f"<alkstore.AsyncQueue {self.sync.name!r}>"
+
+
+class AsyncTransaction:
+    """`async with store.transaction() as tx`: the sync `Transaction`, each step run on
+    the one thread (lane) that holds it. Business writes: `await tx.execute(sql, params)`
+    or `await tx.run(fn)` with the driver connection, on that thread."""
+
+    def __init__(self, lane: _offload.Lane, tx: _store.Transaction) -> None:
+        self._lane: _offload.Lane | None = lane
+        self._tx = tx
+
+    def _step_lane(self) -> _offload.Lane:
+        if self._lane is None:
+            raise RuntimeError("this transaction has ended")
+        return self._lane
+
+    async def append(
+        self,
+        event: _events.Event,
+        *,
+        key: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """`Transaction.append`: visible in the log when the transaction commits."""
+        await self._step_lane().call(self._tx.append, event, key=key, headers=headers)
+
+    async def append_many(
+        self,
+        events: Iterable[_events.Event],
+        *,
+        key: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        events = list(events)
+        await self._step_lane().call(self._tx.append_many, events, key=key, headers=headers)
+
+    @overload
+    async def enqueue(
+        self, queue: str, payload: object, *, on_duplicate: Literal["raise"] = ..., **options: Any
+    ) -> int: ...
+    @overload
+    async def enqueue(
+        self, queue: str, payload: object, *, on_duplicate: Literal["ignore"], **options: Any
+    ) -> int | None: ...
+    async def enqueue(
+        self,
+        queue: str,
+        payload: object,
+        *,
+        on_duplicate: _queue.OnDuplicate = "raise",
+        **options: Any,
+    ) -> int | None:
+        """`Transaction.enqueue`: a job that exists only if this transaction commits."""
+        enqueue: Callable[..., int | None] = self._tx.enqueue  # one call for both overloads
+        return await self._step_lane().call(
+            enqueue, queue, payload, on_duplicate=on_duplicate, **options
+        )
+
+    async def execute(self, query: Any, params: Any = None) -> list[tuple[Any, ...]]:
+        """Run one statement of yours in the transaction (the driver's own parameter style:
+        apsw `?`/`:name`, psycopg `%s`/`%(name)s`); its rows ([] for none)."""
+        return await self._step_lane().call(_execute, self._tx.connection, query, params)
+
+    async def run(
+        self, fn: Callable[Concatenate[Any, P], R], /, *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        """`fn(connection, *args, **kwargs)` on the transaction's thread, with the raw driver
+        connection (apsw.Connection or psycopg.Connection): blocking code of yours that
+        belongs in the transaction (an ORM's sync session, several statements)."""
+        return await self._step_lane().call(fn, self._tx.connection, *args, **kwargs)
+
+
+class _Scope:
+    """What `AsyncStore.transaction()` returns: lend a lane, open the sync transaction on
+    it; commit (or roll back, on an exception) on it; give the lane back."""
+
+    __slots__ = ("_inner", "_lane", "_store", "_token", "_tx")
+
+    def __init__(self, store: AsyncStore) -> None:
+        self._store = store
+
+    async def __aenter__(self) -> AsyncTransaction:
+        store = self._store
+        store._check()
+        lane = await store._lanes.acquire()
+        try:
+            self._inner = store.sync.transaction()
+            tx = await lane.call(self._inner.__enter__)
+        except BaseException:
+            store._lanes.release(lane)
+            raise
+        self._lane = lane
+        self._tx = AsyncTransaction(lane, tx)
+        self._token = _inside.set(store)
+        return self._tx
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        _inside.reset(self._token)
+        self._tx._lane = None
+        lane = self._lane
+        try:
+            # exits with the exception that ended the block: a rollback (a cancelled
+            # task's too: the steps it had sent run first, then this one)
+            await asyncio.shield(lane.call(self._inner.__exit__, exc_type, exc, tb))
+        finally:
+            self._store._lanes.release(lane)
+
+
+class AsyncListener:
+    """`store.listen()` awaited: `await listener.wait(timeout)` returns when something new
+    may be committed (True) or after `timeout` seconds (False)."""
+
+    def __init__(self, listener: _wake.Listener) -> None:
+        self.sync = listener
+
+    async def wait(self, timeout: float) -> bool:
+        # the loop's default executor, not the store's threads: a wait holds its thread
+        return await asyncio.to_thread(self.sync.wait, timeout)
+
+
+class AsyncStore:
+    """alkstore for asyncio applications; `await alkstore.open_async(url)`, or
+    `AsyncStore(store)` around a sync store you hold (it then stays yours to close).
+
+    `threads`: calls of the store that run at once (default: `pool_size`, the
+    PostgreSQL connections), and separately at most as many open transactions. Use it
+    on one event loop."""
+
+    def __init__(
+        self, store: _store.Store, *, threads: int = DEFAULT_THREADS, close_store: bool = False
+    ) -> None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise _errors.InvalidArgument(f"threads must be an int >= 1, got {threads!r}")
+        self.sync = store
+        """The synchronous `alkstore.Store` underneath (call it through `run`)."""
+        self._offload = _offload.Offload(threads)
+        self._lanes = _offload.Lanes(threads)
+        self._close_store = close_store
+
+    @property
+    def namespace(self) -> str:
+        return self.sync.namespace
+
+    def _check(self) -> None:
+        if _inside.get() is self:
+            raise _errors.TransactionOpen(_OPEN)
+
+    async def run(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Any blocking call, `fn(*args, **kwargs)`, on the store's threads: the rest of the
+        sync API off the loop (`await store.run(store.sync.status)`). Inside this task's
+        transaction it raises TransactionOpen, as the sync store does (ADR 0016)."""
+        self._check()
+        return await self._offload.call(fn, *args, **kwargs)
+
+    def queue(self, name: str) -> AsyncQueue:
+        """The durable queue `name` (no database access)."""
+        return AsyncQueue(self, self.sync.queue(name))
+
+    def transaction(self) -> _Scope:
+        """`async with store.transaction() as tx:` commit on normal exit, roll back on an
+        exception (cancellation included)."""
+        return _Scope(self)
+
+    async def migrate(self) -> list[int]:
+        return await self.run(self.sync.migrate)
+
+    async def check(self) -> None:
+        await self.run(self.sync.check)
+
+    def listen(self) -> AsyncListener:
+        return AsyncListener(self.sync.listen())
+
+    async def aclose(self) -> None:
+        """Wait for the calls in flight, stop the threads, close the store if it is ours."""
+        self._lanes.close()
+        await asyncio.to_thread(self._offload.close, wait=True)
+        if self._close_store:
+            await asyncio.to_thread(self.sync.close)
+
+    async def __aenter__(self) -> AsyncStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"<alkstore.AsyncStore {self.sync!r}>"
+
+
+async def open_async(
+    url: str | None = None, *, threads: int | None = None, **options: Any
+) -> AsyncStore:
+    """`alkstore.connect(url, **options)` off the event loop, as an AsyncStore that closes
+    the store with it (`await store.aclose()` or `async with`). `threads` defaults to
+    `pool_size` (10)."""
+    if threads is None:
+        threads = options.get("pool_size", DEFAULT_THREADS)
+    assert threads is not None
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise _errors.InvalidArgument(f"threads must be an int >= 1, got {threads!r}")
+    store = await asyncio.to_thread(_store.connect, url, **options)
+    return AsyncStore(store, threads=threads, close_store=True)
