@@ -24,8 +24,9 @@ T = TypeVar("T")
 
 DEFAULT_THREADS = 10  # alkstore.connect's default pool_size
 
-# The async store whose transaction the current task is inside (ADR 0016, per task).
-_inside: contextvars.ContextVar[AsyncStore | None] = contextvars.ContextVar(
+# The transaction the current task is inside (ADR 0016, per task). Tasks started inside
+# the block inherit it (asyncio copies the context): they too are inside while it is open.
+_inside: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar(
     "alkstore_async_transaction", default=None
 )
 _OPEN = (
@@ -254,10 +255,11 @@ class _Scope:
     """What `AsyncStore.transaction()` returns: lend a lane, open the sync transaction on
     it; commit (or roll back, on an exception) on it; give the lane back."""
 
-    __slots__ = ("_inner", "_lane", "_store", "_token", "_tx")
+    __slots__ = ("_inner", "_lane", "_open", "_store", "_token", "_tx")
 
     def __init__(self, store: AsyncStore) -> None:
         self._store = store
+        self._open = False
 
     async def __aenter__(self) -> AsyncTransaction:
         store = self._store
@@ -271,12 +273,14 @@ class _Scope:
             raise
         self._lane = lane
         self._tx = AsyncTransaction(lane, tx)
-        self._token = _inside.set(store)
+        self._open = True
+        self._token = _inside.set(self)
         return self._tx
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
     ) -> None:
+        self._open = False
         _inside.reset(self._token)
         self._tx._lane = None
         lane = self._lane
@@ -324,7 +328,8 @@ class AsyncStore:
         return self.sync.namespace
 
     def _check(self) -> None:
-        if _inside.get() is self:
+        scope = _inside.get()
+        if scope is not None and scope._open and scope._store is self:
             raise _errors.TransactionOpen(_OPEN)
 
     async def run(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
