@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 import psycopg
@@ -251,6 +252,15 @@ class AsyncTransaction:
         return await self._step_lane().call(fn, self._tx.connection, *args, **kwargs)
 
 
+def _begin(
+    store: _store.Store,
+) -> tuple[AbstractContextManager[_store.Transaction], _store.Transaction]:
+    """On the lane: the sync transaction is made and entered on the thread that will hold
+    it (an engine may bind it to the thread's connection when it is made: SQLite)."""
+    scope = store.transaction()
+    return scope, scope.__enter__()
+
+
 class _Scope:
     """What `AsyncStore.transaction()` returns: lend a lane, open the sync transaction on
     it; commit (or roll back, on an exception) on it; give the lane back."""
@@ -266,8 +276,7 @@ class _Scope:
         store._check()
         lane = await store._lanes.acquire()
         try:
-            self._inner = store.sync.transaction()
-            tx = await lane.call(self._inner.__enter__)
+            self._inner, tx = await lane.call(_begin, store.sync)
         except BaseException:
             store._lanes.release(lane)
             raise
