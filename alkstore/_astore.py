@@ -17,7 +17,7 @@ from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overl
 
 import psycopg
 
-from alkstore import _errors, _events, _jobs, _offload, _queue, _store, _wake
+from alkstore import _engine, _errors, _events, _jobs, _offload, _queue, _store, _wake
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -335,6 +335,11 @@ class AsyncStore:
     @property
     def namespace(self) -> str:
         return self.sync.namespace
+
+    @property
+    def engine(self) -> _engine.Engine:
+        """The storage engine (`.name`: "sqlite" or "postgres"), as `Store.engine`."""
+        return self.sync.engine
 
     def _check(self) -> None:
         scope = _inside.get()
