@@ -200,6 +200,7 @@ def test_many_tasks_write_at_once(backend: Backend) -> None:
         # the loop's own thread used the sync store first, as a set-up may: a transaction
         # still belongs to its lane's thread (SQLite: that thread's connection)
         store.sync.subscribe("receipts_copy", events=["async.*"])
+
         async def order(n: int) -> int:
             async with store.transaction() as tx:
                 await tx.append(Placed(order_id=n), key=f"order-{n}")
