@@ -13,6 +13,7 @@ import asyncio
 import contextvars
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 import psycopg
@@ -86,6 +87,28 @@ class AsyncJob(Generic[T]):
     @property
     def lease_lost(self) -> bool:
         return self.job.lease_lost
+
+    @property
+    def key(self) -> str | None:
+        key: str | None = self.job.key
+        return key
+
+    @property
+    def type(self) -> str | None:
+        kind: str | None = self.job.type
+        return kind
+
+    @property
+    def priority(self) -> int:
+        return int(self.job.priority)
+
+    @property
+    def enqueued_at(self) -> datetime:
+        return self.job.enqueued_at
+
+    @property
+    def progress(self) -> Any:
+        return self.job.progress
 
     async def ack(self) -> None:
         """The job is done: delete it."""

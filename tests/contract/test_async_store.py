@@ -73,7 +73,9 @@ def test_commit_publishes_the_row_the_event_and_the_job(backend: Backend) -> Non
             await tx.append(Placed(order_id=1), key="order-1")
             await tx.append_many([Placed(order_id=2), Placed(order_id=3)])
             job_id = await tx.enqueue("receipts", {"order": 1}, priority=5)
-            assert await tx.run(lambda conn: conn is not None)
+            # the transaction sees its own write after the appends (PostgreSQL: in flight)
+            assert await tx.execute(f"SELECT note FROM {table} WHERE id = {ph}", (1,)) == [("one",)]
+            assert await tx.run(lambda conn, n: (conn is not None) and n, 7) == 7
         assert isinstance(job_id, int)
         assert await counts(store, table, "receipts") == (1, 3, 1)
         entries = await store.run(store.sync.log.read, 0, 10)
@@ -81,6 +83,8 @@ def test_commit_publishes_the_row_the_event_and_the_job(backend: Backend) -> Non
         assert [e.payload for e in entries] == [Placed(order_id=n) for n in (1, 2, 3)]
         job = await store.queue("receipts").claim()
         assert job is not None and job.id == job_id and job.payload == {"order": 1}
+        assert (job.priority, job.key, job.type, job.progress) == (5, None, None, None)
+        assert job.enqueued_at.tzinfo is not None
 
     arun(backend, body)
 
