@@ -1,7 +1,8 @@
 """alkstore: the transactional outbox as an event log, on SQLite or PostgreSQL."""
 
 from alkstore._append import append, append_many
-from alkstore._astore import AsyncJob, AsyncQueue, AsyncStore, AsyncTransaction, open_async
+from alkstore._astore import AsyncJob, AsyncQueue, AsyncStore, open_async
+from alkstore._atx import AsyncTransaction
 from alkstore._backoff import Backoff, Exponential, Fixed, Linear
 from alkstore._bulk import JobSpec
 from alkstore._engine import Engine, LogEntry

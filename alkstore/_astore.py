@@ -3,47 +3,24 @@
 A thin adapter over the synchronous store, never a second implementation: each
 method hands the sync method of the same name to `_offload` (a thread) and awaits
 it, so validation, errors, encoding, SQL and the engines' tuned paths are the sync
-API's, on both engines. What is async-only lives here: which thread runs what
-(one lane per transaction), and the rule of ADR 0016 per task instead of per thread.
+API's, on both engines. Transactions (one lane each, the rule of ADR 0016 per task
+instead of per thread) are in `_atx`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
+from typing import Any, Generic, Literal, ParamSpec, TypeVar, overload
 
-import psycopg
-
-from alkstore import _engine, _errors, _events, _jobs, _offload, _queue, _store, _wake
+from alkstore import _atx, _engine, _errors, _jobs, _offload, _queue, _store, _wake
 
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 
 DEFAULT_THREADS = 10  # alkstore.connect's default pool_size
-
-# The transaction the current task is inside (ADR 0016, per task). Tasks started inside
-# the block inherit it (asyncio copies the context): they too are inside while it is open.
-_inside: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar(
-    "alkstore_async_transaction", default=None
-)
-_OPEN = (
-    "a store transaction is open in this task: inside `async with store.transaction() as tx:` "
-    "use tx.append, tx.enqueue and tx.run; other calls of the same store would run in a "
-    "transaction of their own (docs/adr/0016, docs/adr/0025)"
-)
-
-
-def _execute(conn: Any, query: Any, params: Any) -> list[tuple[Any, ...]]:
-    """One statement on the transaction's driver connection (apsw or psycopg); its rows."""
-    if isinstance(conn, psycopg.Connection):
-        cursor = conn.execute(query, params)
-        return cursor.fetchall() if cursor.description else []
-    return list(conn.execute(query, params))
 
 
 class AsyncJob(Generic[T]):
@@ -205,125 +182,6 @@ class AsyncQueue:
         return f"<alkstore.AsyncQueue {self.sync.name!r}>"
 
 
-class AsyncTransaction:
-    """`async with store.transaction() as tx`: the sync `Transaction`, each step run on
-    the one thread (lane) that holds it. Business writes: `await tx.execute(sql, params)`
-    or `await tx.run(fn)` with the driver connection, on that thread."""
-
-    def __init__(self, lane: _offload.Lane, tx: _store.Transaction) -> None:
-        self._lane: _offload.Lane | None = lane
-        self._tx = tx
-
-    def _step_lane(self) -> _offload.Lane:
-        if self._lane is None:
-            raise RuntimeError("this transaction has ended")
-        return self._lane
-
-    async def append(
-        self,
-        event: _events.Event,
-        *,
-        key: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        """`Transaction.append`: visible in the log when the transaction commits."""
-        await self._step_lane().call(self._tx.append, event, key=key, headers=headers)
-
-    async def append_many(
-        self,
-        events: Iterable[_events.Event],
-        *,
-        key: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        events = list(events)
-        await self._step_lane().call(self._tx.append_many, events, key=key, headers=headers)
-
-    @overload
-    async def enqueue(
-        self, queue: str, payload: object, *, on_duplicate: Literal["raise"] = ..., **options: Any
-    ) -> int: ...
-    @overload
-    async def enqueue(
-        self, queue: str, payload: object, *, on_duplicate: Literal["ignore"], **options: Any
-    ) -> int | None: ...
-    async def enqueue(
-        self,
-        queue: str,
-        payload: object,
-        *,
-        on_duplicate: _queue.OnDuplicate = "raise",
-        **options: Any,
-    ) -> int | None:
-        """`Transaction.enqueue`: a job that exists only if this transaction commits."""
-        enqueue: Callable[..., int | None] = self._tx.enqueue  # one call for both overloads
-        return await self._step_lane().call(
-            enqueue, queue, payload, on_duplicate=on_duplicate, **options
-        )
-
-    async def execute(self, query: Any, params: Any = None) -> list[tuple[Any, ...]]:
-        """Run one statement of yours in the transaction (the driver's own parameter style:
-        apsw `?`/`:name`, psycopg `%s`/`%(name)s`); its rows ([] for none)."""
-        return await self._step_lane().call(_execute, self._tx.connection, query, params)
-
-    async def run(
-        self, fn: Callable[Concatenate[Any, P], R], /, *args: P.args, **kwargs: P.kwargs
-    ) -> R:
-        """`fn(connection, *args, **kwargs)` on the transaction's thread, with the raw driver
-        connection (apsw.Connection or psycopg.Connection): blocking code of yours that
-        belongs in the transaction (an ORM's sync session, several statements)."""
-        return await self._step_lane().call(fn, self._tx.connection, *args, **kwargs)
-
-
-def _begin(
-    store: _store.Store,
-) -> tuple[AbstractContextManager[_store.Transaction], _store.Transaction]:
-    """On the lane: the sync transaction is made and entered on the thread that will hold
-    it (an engine may bind it to the thread's connection when it is made: SQLite)."""
-    scope = store.transaction()
-    return scope, scope.__enter__()
-
-
-class _Scope:
-    """What `AsyncStore.transaction()` returns: lend a lane, open the sync transaction on
-    it; commit (or roll back, on an exception) on it; give the lane back."""
-
-    __slots__ = ("_inner", "_lane", "_open", "_store", "_token", "_tx")
-
-    def __init__(self, store: AsyncStore) -> None:
-        self._store = store
-        self._open = False
-
-    async def __aenter__(self) -> AsyncTransaction:
-        store = self._store
-        store._check()
-        lane = await store._lanes.acquire()
-        try:
-            self._inner, tx = await lane.call(_begin, store.sync)
-        except BaseException:
-            store._lanes.release(lane)
-            raise
-        self._lane = lane
-        self._tx = AsyncTransaction(lane, tx)
-        self._open = True
-        self._token = _inside.set(self)
-        return self._tx
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
-    ) -> None:
-        self._open = False
-        _inside.reset(self._token)
-        self._tx._lane = None
-        lane = self._lane
-        try:
-            # exits with the exception that ended the block: a rollback (a cancelled
-            # task's too: the steps it had sent run first, then this one)
-            await asyncio.shield(lane.call(self._inner.__exit__, exc_type, exc, tb))
-        finally:
-            self._store._lanes.release(lane)
-
-
 class AsyncListener:
     """`store.listen()` awaited: `await listener.wait(timeout)` returns when something new
     may be committed (True) or after `timeout` seconds (False)."""
@@ -365,9 +223,7 @@ class AsyncStore:
         return self.sync.engine
 
     def _check(self) -> None:
-        scope = _inside.get()
-        if scope is not None and scope._open and scope._store is self:
-            raise _errors.TransactionOpen(_OPEN)
+        _atx.check_outside(self)
 
     async def run(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
         """Any blocking call, `fn(*args, **kwargs)`, on the store's threads: the rest of the
@@ -380,10 +236,10 @@ class AsyncStore:
         """The durable queue `name` (no database access)."""
         return AsyncQueue(self, self.sync.queue(name))
 
-    def transaction(self) -> _Scope:
+    def transaction(self) -> _atx.Scope:
         """`async with store.transaction() as tx:` commit on normal exit, roll back on an
         exception (cancellation included)."""
-        return _Scope(self)
+        return _atx.Scope(self, self.sync, self._lanes)
 
     async def migrate(self) -> list[int]:
         return await self.run(self.sync.migrate)

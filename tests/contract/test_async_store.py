@@ -161,6 +161,36 @@ def test_a_cancelled_task_rolls_back_and_frees_its_lane(backend: Backend) -> Non
     arun(backend, body, threads=1)
 
 
+def test_the_transaction_begins_with_its_first_step(backend: Backend) -> None:
+    """Entering the block takes no lock and no connection: until its first step, another
+    task writes freely (SQLite: the write lock is free). A block with no step is a no-op."""
+
+    async def body(store: alkstore.AsyncStore) -> None:
+        q = store.queue("receipts")
+        inside, written = asyncio.Event(), asyncio.Event()
+
+        async def writer() -> None:
+            await inside.wait()
+            await q.enqueue({"from": "elsewhere"})
+            written.set()
+
+        task = asyncio.create_task(writer())
+        async with store.transaction() as tx:
+            inside.set()
+            await asyncio.wait_for(written.wait(), 10)  # not stuck behind this block
+            await tx.enqueue("receipts", {"from": "inside"})
+        await task
+        assert (await q.stats()).ready == 2
+        async with store.transaction():
+            pass
+        with pytest.raises(Boom):
+            async with store.transaction():
+                raise Boom()
+        assert (await q.stats()).ready == 2
+
+    arun(backend, body, threads=2)
+
+
 def test_inside_a_transaction_the_task_uses_tx(backend: Backend) -> None:
     """ADR 0016 per task: the store's other calls raise TransactionOpen inside the block
     (they would commit on their own, or wait for it); other tasks use the store as usual."""
