@@ -366,3 +366,30 @@ def test_the_event_loop_is_never_blocked(backend: Backend) -> None:
         assert control_gap > bound  # ... which the blocking control fails
 
     arun(backend, body)
+
+
+def test_the_callers_trace_context_reaches_the_job(backend: Backend) -> None:
+    """The calls run on threads in a copy of the task's context: the span current in the
+    task goes into the headers (ADR 0019), for one-shot calls and transaction steps."""
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    span = NonRecordingSpan(
+        SpanContext(trace_id=0xABC, span_id=0xDEF, is_remote=False, trace_flags=TraceFlags(1))
+    )
+    parent = f"00-{0xABC:032x}-{0xDEF:016x}-01"
+
+    async def body(store: alkstore.AsyncStore) -> None:
+        q = store.queue("traced")
+        with trace.use_span(span):
+            await q.enqueue({"n": 1})
+            async with store.transaction() as tx:
+                await tx.enqueue("traced", {"n": 2})
+                await tx.append(Placed(order_id=1))
+        await q.enqueue({"n": 3})  # no span current
+        jobs = await q.claim_many(3)
+        assert [job.headers for job in jobs] == [{"traceparent": parent}] * 2 + [{}]
+        entries = await store.run(store.sync.log.read, 0, 10)
+        assert entries[0].headers == {"traceparent": parent}
+
+    arun(backend, body)
