@@ -10,6 +10,7 @@ instead of per thread) are in `_atx`.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Generic, Literal, ParamSpec, TypeVar, overload
@@ -188,10 +189,16 @@ class AsyncListener:
 
     def __init__(self, listener: _wake.Listener) -> None:
         self.sync = listener
+        # A thread of its own: a wait holds its thread for up to `timeout`, which must
+        # not take one of the store's threads or the loop's default executor (6 threads
+        # on 2 cores: a few idle consumers would stall every asyncio.to_thread).
+        self._lane = _offload.Lane()
+        weakref.finalize(self, self._lane.stop)
 
     async def wait(self, timeout: float) -> bool:
-        # the loop's default executor, not the store's threads: a wait holds its thread
-        return await asyncio.to_thread(self.sync.wait, timeout)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+            raise _errors.InvalidArgument(f"timeout must be > 0 seconds, got {timeout!r}")
+        return await self._lane.call(self.sync.wait, timeout)
 
 
 class AsyncStore:
