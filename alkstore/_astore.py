@@ -219,6 +219,7 @@ class AsyncStore:
         self._offload = _offload.Offload(threads)
         self._lanes = _offload.Lanes(threads)
         self._close_store = close_store
+        self._closed = False
 
     @property
     def namespace(self) -> str:
@@ -230,6 +231,8 @@ class AsyncStore:
         return self.sync.engine
 
     def _check(self) -> None:
+        if self._closed:
+            raise _errors.AlkstoreError("the store is closed")
         _atx.check_outside(self)
 
     async def run(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -259,6 +262,9 @@ class AsyncStore:
 
     async def aclose(self) -> None:
         """Wait for the calls in flight, stop the threads, close the store if it is ours."""
+        if self._closed:
+            return
+        self._closed = True
         self._lanes.close()
         await asyncio.to_thread(self._offload.close, wait=True)
         if self._close_store:

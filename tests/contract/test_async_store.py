@@ -393,3 +393,20 @@ def test_the_callers_trace_context_reaches_the_job(backend: Backend) -> None:
         assert entries[0].headers == {"traceparent": parent}
 
     arun(backend, body)
+
+
+def test_a_closed_async_store_refuses_calls(backend: Backend) -> None:
+    async def main() -> None:
+        store = await alkstore.open_async(backend.url, namespace=backend.namespace)
+        await store.migrate()
+        await store.aclose()
+        await store.aclose()  # twice is fine
+        with pytest.raises(alkstore.AlkstoreError, match="closed"):
+            await store.queue("q").enqueue({})
+        with pytest.raises(alkstore.AlkstoreError, match="closed"):
+            async with store.transaction():
+                pass
+        with pytest.raises(alkstore.InvalidArgument):
+            await alkstore.open_async(backend.url, threads=0)
+
+    asyncio.run(main())
