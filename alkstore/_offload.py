@@ -53,8 +53,8 @@ class Offload:
         return await loop.run_in_executor(self._pool, run)
 
     def close(self, *, wait: bool) -> None:
-        """Start no new call; `wait`: until the running ones have finished."""
-        self._pool.shutdown(wait=wait, cancel_futures=True)
+        """Accept no new call; `wait`: until every call already made has run."""
+        self._pool.shutdown(wait=wait)
 
 
 def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
