@@ -212,8 +212,7 @@ class AsyncStore:
     def __init__(
         self, store: _store.Store, *, threads: int = DEFAULT_THREADS, close_store: bool = False
     ) -> None:
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise _errors.InvalidArgument(f"threads must be an int >= 1, got {threads!r}")
+        threads = _threads(threads)
         self.sync = store
         """The synchronous `alkstore.Store` underneath (call it through `run`)."""
         self._offload = _offload.Offload(threads)
@@ -286,10 +285,12 @@ async def open_async(
     """`alkstore.connect(url, **options)` off the event loop, as an AsyncStore that closes
     the store with it (`await store.aclose()` or `async with`). `threads` defaults to
     `pool_size` (10)."""
-    if threads is None:
-        threads = options.get("pool_size", DEFAULT_THREADS)
-    assert threads is not None
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise _errors.InvalidArgument(f"threads must be an int >= 1, got {threads!r}")
+    threads = _threads(options.get("pool_size", DEFAULT_THREADS) if threads is None else threads)
     store = await asyncio.to_thread(_store.connect, url, **options)
     return AsyncStore(store, threads=threads, close_store=True)
+
+
+def _threads(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _errors.InvalidArgument(f"threads must be an int >= 1, got {value!r}")
+    return value
