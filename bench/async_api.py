@@ -17,7 +17,8 @@ one event loop), the same operations through both APIs on the same store:
 Ratio = async / sync throughput (docs/adr/0025: the async API runs the sync one on
 threads). On PostgreSQL a fourth row measures what the rejected alternative would cost:
 a native async enqueue prototype, the engine's own `enqueue` SQL and parameters run on a
-psycopg AsyncConnection per task (no thread hop), against the sync `q.enqueue`.
+psycopg AsyncConnection per task (no thread hop), against the sync `q.enqueue`. First
+of all it prints what a hop to a thread and back costs (an awaited no-op call).
 
 Each repetition alternates sync and async slices (A B B A ...); the table shows medians
 of `--reps` and the range of the per-repetition ratios. The script always exits 0.
@@ -216,6 +217,35 @@ class Bench:
         self.loop.close()
 
 
+def hop_costs(calls: int = 3_000, reps: int = 3) -> dict[str, float]:
+    """µs per awaited no-op call: on a lane, through the store's call threads, and through
+    `asyncio.to_thread` (the loop's default executor) for reference; best of `reps`."""
+    from alkstore import _offload
+
+    def noop() -> None:
+        return None
+
+    async def measure() -> dict[str, float]:
+        offload, lane = _offload.Offload(4), _offload.Lane()
+        ways: dict[str, Callable[[], Awaitable[None]]] = {
+            "lane": lambda: lane.call(noop),
+            "call threads": lambda: offload.call(noop),
+            "asyncio.to_thread": lambda: asyncio.to_thread(noop),
+        }
+        best = dict.fromkeys(ways, float("inf"))
+        for _ in range(reps):
+            for name, way in ways.items():
+                started = time.perf_counter()
+                for _ in range(calls):
+                    await way()
+                best[name] = min(best[name], (time.perf_counter() - started) / calls * 1e6)
+        lane.stop()
+        offload.close(wait=True)
+        return best
+
+    return asyncio.run(measure())
+
+
 def run_engine(engine: str, args: Any) -> list[Row]:
     backend = make_backend(engine)
     try:
@@ -264,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     started = time.perf_counter()
+    hops = hop_costs()
+    print("a hop (awaited no-op call): " + ", ".join(f"{k} {v:.1f} µs" for k, v in hops.items()))
     rows = [row for engine in engines for row in run_engine(engine, args)]
     print(f"\n{render(rows)}\n")
     print(
