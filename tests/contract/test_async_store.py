@@ -158,6 +158,24 @@ def test_a_cancelled_task_rolls_back_and_frees_its_lane(backend: Backend) -> Non
             await tx.append(Placed(order_id=2))
         assert await store.run(store.sync.log.head) == 1
 
+        async def slow_step() -> None:  # cancelled while a step runs on the lane
+            async with store.transaction() as tx:
+                await tx.append(Placed(order_id=3))
+                entered.set()
+                await tx.run(lambda conn: time.sleep(0.3))
+
+        entered.clear()
+        task = asyncio.create_task(slow_step())
+        await entered.wait()
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        async with store.transaction() as tx:  # after the step ended and rolled back
+            await tx.enqueue("receipts", {"order": 4})
+        assert await store.run(store.sync.log.head) == 1
+        assert (await store.queue("receipts").stats()).ready == 1
+
     arun(backend, body, threads=1)
 
 
