@@ -239,6 +239,7 @@ class AsyncStore:
         sync API off the loop (`await store.run(store.sync.status)`). Inside this task's
         transaction it raises TransactionOpen, as the sync store does (ADR 0016)."""
         self._check()
+        _atx.check_blocking(fn)
         return await self._offload.call(fn, *args, **kwargs)
 
     def queue(self, name: str) -> AsyncQueue:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
@@ -44,6 +45,13 @@ def check_outside(owner: object) -> None:
     scope = _inside.get()
     if scope is not None and scope.open and scope.owner is owner:
         raise _errors.TransactionOpen(_OPEN)
+
+
+def check_blocking(fn: object) -> None:
+    """`run` takes the blocking function itself: a coroutine function would only be
+    called on the thread, never awaited."""
+    if inspect.iscoroutinefunction(fn):
+        raise TypeError(f"run() takes a blocking function, not a coroutine function: {fn!r}")
 
 
 class _Held:
@@ -155,6 +163,7 @@ class AsyncTransaction:
         """`fn(connection, *args, **kwargs)` on the transaction's thread, with the raw driver
         connection (apsw.Connection or psycopg.Connection): blocking code of yours that
         belongs in the transaction (several statements, a sync ORM session on it)."""
+        check_blocking(fn)
         return await self._step(_with_connection, fn, *args, **kwargs)
 
 

@@ -133,6 +133,12 @@ def test_a_failing_step_raises_typed_and_the_transaction_goes_on(backend: Backen
         with pytest.raises(alkstore.InvalidName):
             store.queue("no spaces")
 
+        async def not_blocking() -> None:
+            pass
+
+        with pytest.raises(TypeError, match="coroutine function"):
+            await store.run(not_blocking)
+
     arun(backend, body)
 
 
