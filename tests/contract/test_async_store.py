@@ -137,7 +137,7 @@ def test_a_failing_step_raises_typed_and_the_transaction_goes_on(backend: Backen
             pass
 
         with pytest.raises(TypeError, match="coroutine function"):
-            await store.run(not_blocking)
+            _ = await store.run(not_blocking)  # mypy flags this too
 
     arun(backend, body)
 
