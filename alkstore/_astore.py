@@ -219,6 +219,8 @@ class AsyncStore:
         self._lanes = _offload.Lanes(threads)
         self._close_store = close_store
         self._closed = False
+        # a store dropped without aclose() still ends its threads (not its connections)
+        self._finalizer = weakref.finalize(self, _stop, self._offload, self._lanes)
 
     @property
     def namespace(self) -> str:
@@ -265,6 +267,7 @@ class AsyncStore:
         if self._closed:
             return
         self._closed = True
+        self._finalizer.detach()
         self._lanes.close()
         await asyncio.to_thread(self._offload.close, wait=True)
         if self._close_store:
@@ -289,6 +292,11 @@ async def open_async(
     threads = _threads(options.get("pool_size", DEFAULT_THREADS) if threads is None else threads)
     store = await asyncio.to_thread(_store.connect, url, **options)
     return AsyncStore(store, threads=threads, close_store=True)
+
+
+def _stop(offload: _offload.Offload, lanes: _offload.Lanes) -> None:
+    lanes.close()
+    offload.close(wait=False)
 
 
 def _threads(value: object) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+from typing import Any
 
 import pytest
 
@@ -75,3 +76,22 @@ def test_lanes_lend_at_most_size_and_reuse_idle_ones() -> None:
             await lanes.acquire()
 
     asyncio.run(main())
+
+
+def test_an_async_store_dropped_without_aclose_ends_its_threads(tmp_path: Any) -> None:
+    import gc
+
+    import alkstore
+
+    store = alkstore.connect(f"sqlite:///{tmp_path / 'a.db'}")
+    before = threading.active_count()
+    astore = alkstore.AsyncStore(store, threads=3)
+    assert threading.active_count() == before + 3
+    del astore
+    gc.collect()
+    for _ in range(100):
+        if threading.active_count() == before:
+            break
+        threading.Event().wait(0.01)
+    assert threading.active_count() == before
+    store.close()
