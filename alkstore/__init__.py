@@ -1,6 +1,8 @@
 """alkstore: the transactional outbox as an event log, on SQLite or PostgreSQL."""
 
 from alkstore._append import append, append_many, enqueue
+from alkstore._astore import AsyncJob, AsyncQueue, AsyncStore, open_async
+from alkstore._atx import AsyncTransaction
 from alkstore._backoff import Backoff, Exponential, Fixed, Linear
 from alkstore._bulk import JobSpec
 from alkstore._engine import Engine, LogEntry
@@ -45,6 +47,10 @@ from alkstore._workers import Presence, WorkerInfo
 
 __all__ = [
     "AlkstoreError",
+    "AsyncJob",
+    "AsyncQueue",
+    "AsyncStore",
+    "AsyncTransaction",
     "Attempt",
     "Backoff",
     "ConfigurationError",
@@ -106,5 +112,6 @@ __all__ = [
     "append_many",
     "connect",
     "enqueue",
+    "open_async",
 ]
 __version__ = "0.1.0"
