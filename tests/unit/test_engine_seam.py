@@ -39,6 +39,7 @@ ENGINE_ONLY: dict[str, dict[str, str]] = {
         "sweep_try_lock": "an advisory lock; SQLite's sweep takes a lease row (lock_acquire)",
         "claim_ready_fragment": "the parts claim and claim_from share; SQLite's are short",
         "claim_update_fragment": "the parts claim and claim_from share; SQLite's are short",
+        "by_ids_fragment": "a batch's jobs by id, against a planner's trap SQLite has not",
     },
 }
 SHARED_MODULES = [
