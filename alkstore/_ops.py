@@ -13,7 +13,7 @@ from typing import Any, Literal, get_args
 
 import msgspec
 
-from alkstore import _backoff, _checks, _dead, _engine, _errors, _jobs
+from alkstore import _backoff, _checks, _dead, _engine, _errors, _estimates, _jobs
 
 JobState = Literal["ready", "scheduled", "running", "expired"]
 PurgeState = Literal["ready", "scheduled", "dead"]
@@ -25,7 +25,9 @@ CHANGE_TRIES = 3  # cancel / retry: looks at a job whose state keeps changing un
 class QueueInfo(msgspec.Struct, frozen=True, kw_only=True):
     """One queue as an operator sees it: `ready` (claimable now), `scheduled` (delayed, or
     waiting out a retry's backoff), `running` (leased), `dead` (dead letters), the age in
-    seconds of the oldest ready job (None: none is ready) and whether it is paused."""
+    seconds of the oldest ready job (None: none is ready) and whether it is paused.
+    `estimated`: ready, scheduled and dead are the planner's estimates (`estimate=True` on
+    a large PostgreSQL table; docs/adr/0023)."""
 
     name: str
     paused: bool
@@ -34,9 +36,10 @@ class QueueInfo(msgspec.Struct, frozen=True, kw_only=True):
     running: int
     dead: int
     oldest_ready_age: float | None = None
+    estimated: bool = False
 
 
-def _info(name: str, row: tuple[Any, ...]) -> QueueInfo:
+def _info(name: str, row: tuple[Any, ...], estimated: bool = False) -> QueueInfo:
     paused, ready, scheduled, running, dead, oldest_ms = row
     return QueueInfo(
         name=name,
@@ -46,6 +49,7 @@ def _info(name: str, row: tuple[Any, ...]) -> QueueInfo:
         running=running,
         dead=dead,
         oldest_ready_age=None if oldest_ms is None else max(0.0, oldest_ms / 1000),
+        estimated=estimated,
     )
 
 
@@ -53,6 +57,14 @@ def queues(engine: _engine.Engine, now: int | None) -> list[QueueInfo]:
     """Every queue of the namespace in name order: declared, subscribed, or reached only by
     jobs (`tx.enqueue`) or dead letters."""
     return [_info(row[0], row[1:]) for row in engine.run("queues_overview", {"now": now})]
+
+
+def estimated_queues(engine: _engine.Engine, clock: _dead.Clock) -> list[QueueInfo]:
+    """`queues`, estimated at scale (docs/adr/0023; exact below it and on SQLite)."""
+    estimator = _estimates.Estimator(engine, clock)
+    if not estimator.active:
+        return queues(engine, clock.now_param())
+    return [_info(n, estimator.counts(n, p), True) for n, p in estimator.names()]
 
 
 def find(
@@ -69,8 +81,13 @@ def find(
 class Operations(_dead.DeadLetters):
     """The operator's half of `alkstore.Queue` (a mixin: Queue provides the attributes)."""
 
-    def info(self) -> QueueInfo:
-        """This queue's counts and pause flag (zeros for a queue nothing has reached)."""
+    def info(self, *, estimate: bool = False) -> QueueInfo:
+        """This queue's counts and pause flag (zeros for a queue nothing has reached).
+        `estimate=True`: estimated at scale, not counted (`estimated`; docs/adr/0023)."""
+        if estimate:
+            estimator = _estimates.Estimator(self._engine, self._rt)
+            if estimator.active:
+                return _info(self.name, estimator.counts(self.name), True)
         params = {"queue": self.name, "now": self._rt.now_param()}
         return _info(self.name, self._engine.run("queue_info", params)[0])
 

@@ -232,9 +232,12 @@ class Store:
         """The durable queue `name` (created on first enqueue; configure with `.configure`)."""
         return _queue.Queue(self._runtime, name)
 
-    def queues(self) -> list[_ops.QueueInfo]:
+    def queues(self, *, estimate: bool = False) -> list[_ops.QueueInfo]:
         """Every queue with its counts and pause flag, in name order: declared, subscribed,
-        or reached only by `tx.enqueue` or dead letters (docs/adr/0017)."""
+        or reached only by `tx.enqueue` or dead letters (docs/adr/0017). `estimate=True`:
+        estimated at scale rather than counted (docs/adr/0023)."""
+        if estimate:
+            return _ops.estimated_queues(self._engine, self._runtime)
         return _ops.queues(self._engine, self._runtime.now_param())
 
     def job(self, job_id: int) -> _jobs.JobInfo | _jobs.DeadLetter | None:
