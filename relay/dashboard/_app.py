@@ -246,11 +246,18 @@ class Dashboard:
         return self.render(request, "Confirm", live, refresh=False)
 
     async def schedule_action(self, request: Request) -> Response:
-        who, _ = await self.acting(request, "pause", "resume")
+        who, _ = await self.acting(request, "pause", "resume", "run")
         name, what = request.path_params["name"], request.path_params["action"]
-        act = self.store.schedules.pause if what == "pause" else self.store.schedules.resume
-        await run_in_threadpool(act, name)
-        log.info("dashboard: %s schedule %s by %s", what, name, who)
+        schedules = self.store.schedules
+        act = {"pause": schedules.pause, "resume": schedules.resume, "run": schedules.run_now}
+        await run_in_threadpool(act[what], name)
+        log.info(
+            "dashboard: %s schedule %s by %s",
+            what,
+            name,
+            who,
+            extra={"alkstore": {"action": what, "schedule": name, "count": 1, "who": who}},
+        )
         return RedirectResponse(_html.url("/schedules", done=f"{what}: {name}"), status_code=303)
 
 

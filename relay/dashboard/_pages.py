@@ -289,7 +289,7 @@ def schedules(store: alkstore.Store, csrf: str | None) -> str:
             f"/schedules/{s.name}/" + ("resume" if s.paused else "pause"),
             "resume" if s.paused else "pause",
             csrf,
-        )
+        ) + button(f"/schedules/{s.name}/run", "run now", csrf)
         rows.append(
             (
                 e(s.name) + (" <span class='tag paused'>paused</span>" if s.paused else ""),

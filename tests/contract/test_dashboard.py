@@ -28,6 +28,7 @@ POSTS = [
     "/jobs/1/cancel",
     "/schedules/nightly/pause",
     "/schedules/nightly/resume",
+    "/schedules/nightly/run",
     "/logout",
 ]
 
@@ -173,10 +174,17 @@ def test_a_signed_in_browser_acts_with_its_csrf_token_only(
     assert filled.schedules.get("nightly").paused
     client.post("/schedules/nightly/resume", data={"csrf": csrf})
     assert not filled.schedules.get("nightly").paused
+    head = filled.log.head()
+    assert client.post("/schedules/nightly/run", data={"csrf": csrf}).status_code == 303
+    (fired,) = filled.log.read(after=head)
+    assert fired.headers["alkstore-schedule"] == "nightly"
 
     actions = [r.alkstore for r in caplog.records if hasattr(r, "alkstore")]
-    assert {"action": "requeue", "queue": "mail", "count": 2} | {"who": actions[-3]["who"]} in [
-        {k: a[k] for k in ("action", "queue", "count", "who")} for a in actions
+    assert {"action": "requeue", "queue": "mail", "count": 2} in [
+        {k: a[k] for k in ("action", "queue", "count")} for a in actions if "queue" in a
+    ]
+    assert {"action": "run", "schedule": "nightly", "count": 1} in [
+        {k: a[k] for k in ("action", "schedule", "count")} for a in actions if "schedule" in a
     ]
     assert all("session" in a["who"] for a in actions)
     assert client.post("/logout", data={"csrf": csrf}).status_code == 303
