@@ -20,7 +20,7 @@ header .who{margin-left:auto;font-size:12px;color:#9aa4b8}header form{display:in
 main{padding:1em 1.4em;max-width:1200px}h1{font-size:20px;margin:.2em 0 .6em}
 h2{font-size:15px;margin:1.2em 0 .4em}table{border-collapse:collapse;background:#fff;width:100%}
 th,td{text-align:left;padding:.3em .6em;border-bottom:1px solid #e3e6eb;vertical-align:top}
-th{font-weight:600;color:#55607a;font-size:12px}td.n{text-align:right;font-variant-numeric:tabular-nums}
+th{font-weight:600;color:#55607a;font-size:12px}.n{text-align:right;font-variant-numeric:tabular-nums}
 pre{background:#fff;border:1px solid #e3e6eb;padding:.6em;overflow:auto;max-height:24em}
 .tag{display:inline-block;padding:0 .4em;border-radius:3px;font-size:12px;background:#e3e6eb}
 .paused,.dead{background:#f9d9d6}.ok{background:#d7f0dd}
@@ -79,7 +79,9 @@ def page(
 
 def table(head: Sequence[str], rows: Iterable[Sequence[str]], numeric: Sequence[int] = ()) -> str:
     """A table of cells already rendered (escape what goes in)."""
-    th = "".join(f"<th>{h}</th>" for h in head)
+    th = "".join(
+        f"<th class=n>{h}</th>" if i in numeric else f"<th>{h}</th>" for i, h in enumerate(head)
+    )
     body = []
     for row in rows:
         cells = "".join(
