@@ -1,13 +1,14 @@
 """Queue counts for screens that refresh every few seconds (docs/adr/0023).
 
-`Queue.info()` and `Store.queues()` count every live job and dead letter: exact, and a
-scan of the queue. A dashboard asks again every two seconds, and on a queue of a million
-jobs that scan is the page. With `estimate=True` the store asks PostgreSQL's planner
-instead, once the jobs table (or the dead-letter table) holds ESTIMATE_FROM rows or more
-by the planner's own count: ready, scheduled and dead are then the planner's estimates
-(`QueueInfo.estimated`), while running jobs (the leases index) and the age of the oldest
-ready job (the claim index, per priority) stay exact. Below that, and always on SQLite,
-which keeps no statistics to estimate from, the counts are exact.
+`Queue.info()` and `Store.queues()` count every live job and dead letter by its state:
+exact, and a read of every row of the queue. A dashboard asks again every two seconds,
+and beside a million jobs that read is the page. With `estimate=True`, once the jobs
+(or the dead-letter) table holds ESTIMATE_FROM rows or more, the store counts without
+reading the rows: on PostgreSQL ready, scheduled and dead are the planner's estimates;
+on SQLite, which keeps no statistics, counts of the claim and dead-letter indexes alone
+(unclaimable jobs the sweep has not buried yet count as ready). Either way the result
+says `estimated`; running jobs (the leases index) and the age of the oldest ready job
+(the claim index, per priority) stay exact. Below the threshold the counts are exact.
 """
 
 from __future__ import annotations

@@ -19,6 +19,11 @@ JobState = Literal["ready", "scheduled", "running", "expired"]
 PurgeState = Literal["ready", "scheduled", "dead"]
 _JOB_STATES: tuple[str, ...] = get_args(JobState)
 _MAX_ID = 2**63 - 1
+_LISTS = {  # listing.sql: the state's jobs found from an index (docs/adr/0023)
+    "running": "jobs_list_running",
+    "expired": "jobs_list_expired",
+    "scheduled": "jobs_list_scheduled",
+}
 CHANGE_TRIES = 3  # cancel / retry: looks at a job whose state keeps changing under them
 
 
@@ -126,7 +131,8 @@ class Operations(_dead.DeadLetters):
             "after": _checks.whole("after", after, 0, _MAX_ID),
             "now": self._rt.now_param(),
         }
-        return [_jobs.job_info(row) for row in self._engine.run("jobs_list", params)]
+        query = _LISTS.get(state, "jobs_list") if state is not None else "jobs_list"
+        return [_jobs.job_info(row) for row in self._engine.run(query, params)]
 
     def get(self, job_id: int) -> _jobs.JobInfo | _jobs.DeadLetter | None:
         """This queue's job `job_id`: live (a JobInfo with its state, attempts and history),

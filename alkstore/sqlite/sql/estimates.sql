@@ -1,19 +1,32 @@
 -- Counts for an operator's screen that refreshes every few seconds (docs/adr/0023). SQLite
--- keeps no planner statistics to estimate from: `estimate_jobs` is 0, below any threshold,
--- so the store counts exactly (`Queue.info`); the other `estimate_*` queries, defined for
--- the engines' one set of names, count exactly too.
+-- keeps no planner statistics to estimate from; at scale it counts from the indexes alone
+-- instead of reading every job: `estimate_jobs` is the span of the jobs' ids (two probes of
+-- the primary key: at least the row count), the queue's jobs are counted in the claim
+-- index, its scheduled (and leased) ones per priority in the same index by visible_at.
+-- Unclaimable jobs the sweep has not buried yet count as ready: an estimate.
 
 -- name: estimate_jobs
-SELECT 0
+SELECT coalesce(max(id) - min(id) + 1, 0) FROM {ns}__jobs
 
 -- name: estimate_queue_jobs
 SELECT count(*) FROM {ns}__jobs WHERE queue = :queue
 
 -- name: estimate_queue_scheduled
-SELECT count(*) FROM {ns}__jobs WHERE queue = :queue AND visible_at > :at
+WITH RECURSIVE p (priority) AS (
+    SELECT (SELECT priority FROM {ns}__jobs WHERE queue = :queue ORDER BY priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.priority FROM {ns}__jobs AS j
+            WHERE j.queue = :queue AND j.priority < p.priority
+            ORDER BY j.priority DESC LIMIT 1)
+    FROM p WHERE p.priority IS NOT NULL
+)
+SELECT coalesce(sum((
+    SELECT count(*) FROM {ns}__jobs AS j
+    WHERE j.queue = :queue AND j.priority = p.priority AND j.visible_at > :at)), 0)
+FROM p WHERE p.priority IS NOT NULL
 
 -- name: estimate_dead
-SELECT 0
+SELECT coalesce(max(id) - min(id) + 1, 0) FROM {ns}__dead_letters
 
 -- name: estimate_queue_dead
 SELECT count(*) FROM {ns}__dead_letters WHERE queue = :queue
