@@ -6,7 +6,8 @@
 -- Unclaimable jobs the sweep has not buried yet count as ready: an estimate.
 
 -- name: estimate_jobs
-SELECT coalesce(max(id) - min(id) + 1, 0) FROM {ns}__jobs
+-- Two subqueries: max(id) - min(id) in one SELECT would scan an index instead of probing.
+SELECT coalesce((SELECT max(id) FROM {ns}__jobs) - (SELECT min(id) FROM {ns}__jobs) + 1, 0)
 
 -- name: estimate_queue_jobs
 SELECT count(*) FROM {ns}__jobs WHERE queue = :queue
@@ -26,14 +27,16 @@ SELECT coalesce(sum((
 FROM p WHERE p.priority IS NOT NULL
 
 -- name: estimate_dead
-SELECT coalesce(max(id) - min(id) + 1, 0) FROM {ns}__dead_letters
+SELECT coalesce(
+    (SELECT max(id) FROM {ns}__dead_letters) - (SELECT min(id) FROM {ns}__dead_letters) + 1, 0)
 
 -- name: estimate_queue_dead
 SELECT count(*) FROM {ns}__dead_letters WHERE queue = :queue
 
 -- name: queue_running
+-- `+queue`: not the claim index (every job of the queue) but jobs_leases (the leased ones).
 SELECT count(*) FROM {ns}__jobs
-WHERE lease_token IS NOT NULL AND queue = :queue
+WHERE lease_token IS NOT NULL AND +queue = :queue
   AND (visible_at > {now} OR attempts >= max_attempts)
 
 -- name: queue_oldest_ready

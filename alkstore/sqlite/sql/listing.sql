@@ -3,7 +3,8 @@
 -- where the planner can start from an index: `jobs_leases` for running jobs,
 -- `jobs_exhausted` and `jobs_unclaimed_expiry` for expired ones, the claim index's
 -- visible_at for scheduled ones. Beside a million ready jobs a page of the few running
--- ones then reads those, not the queue.
+-- ones then reads those, not the queue. (`+queue`: SQLite would take the claim index for
+-- `queue = :queue`, every job of the queue, over jobs_leases.)
 
 -- name: jobs_list_running
 SELECT id, queue, state, priority, attempts, max_attempts, enqueued_at, visible_at,
@@ -11,7 +12,7 @@ SELECT id, queue, state, priority, attempts, max_attempts, enqueued_at, visible_
 FROM (SELECT id, queue, {job_state} AS state, priority, attempts, max_attempts, enqueued_at,
              visible_at, expires_at, dedupe_key, type, key, position, headers, payload,
              progress, history
-      FROM {ns}__jobs WHERE queue = :queue AND id > :after
+      FROM {ns}__jobs WHERE +queue = :queue AND id > :after
         AND lease_token IS NOT NULL)
 WHERE state = 'running'
 ORDER BY id
