@@ -50,7 +50,7 @@ class Dashboard:
             title,
             live,
             path=request.url.path,
-            here=str(request.url.path) + ("?" + request.url.query if request.url.query else ""),
+            here=_html.url(request.url.path, **_polled(request)),
             session=self.session_box(request),
             top=top + options.pop("top", ""),
             **options,
@@ -259,6 +259,11 @@ class Dashboard:
             extra={"alkstore": {"action": what, "schedule": name, "count": 1, "who": who}},
         )
         return RedirectResponse(_html.url("/schedules", done=f"{what}: {name}"), status_code=303)
+
+
+def _polled(request: Request) -> dict[str, str]:
+    """The page's query, for its live refresh: without the note of an action just done."""
+    return {k: v for k, v in request.query_params.items() if k != "done"}
 
 
 def _whole(text: str | None) -> int:

@@ -143,7 +143,8 @@ def test_a_signed_in_browser_acts_with_its_csrf_token_only(
     assert not mail.info().paused
     done = client.post("/queues/mail/pause", data={"csrf": csrf})
     assert done.status_code == 303 and mail.info().paused
-    assert "paused" in client.get(done.headers["location"]).text
+    back = client.get(done.headers["location"]).text
+    assert "pause: 1 (mail)" in back and 'hx-get="/queues/mail"' in back  # the note is not polled
     client.post("/queues/mail/resume", headers={"x-csrf-token": csrf})
     assert not mail.info().paused
     assert client.post("/queues/mail/explode", data={"csrf": csrf}).status_code == 404
