@@ -39,6 +39,7 @@ PAGES = {
     "queue page, state=ready": "/queues/mail?state=ready",
     "queue page, state=running (none)": "/queues/mail?state=running",
     "queue page, state=scheduled (none)": "/queues/mail?state=scheduled",
+    "queue page, state=expired (none)": "/queues/mail?state=expired",
     "overview": "/",
     "queues": "/queues",
     "dead letters": "/queues/mail/dead",

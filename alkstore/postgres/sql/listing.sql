@@ -19,16 +19,27 @@ ORDER BY id
 LIMIT %(limit)s
 
 -- name: jobs_list_expired
+-- Two arms, each from its index in id order: out of attempts (jobs_exhausted), and past
+-- `expires` before a first claim (jobs_unclaimed_expiry); an OR of both would be a scan.
 SELECT id, queue, state, priority, attempts, max_attempts, enqueued_at, visible_at,
        expires_at, dedupe_key, type, key, position, headers::text, payload::text,
        progress::text, history::text
-FROM (SELECT id, queue, {job_state} AS state, priority, attempts, max_attempts, enqueued_at,
-             visible_at, expires_at, dedupe_key, type, key, position, headers, payload,
-             progress, history
-      FROM {ns}.jobs WHERE queue = %(queue)s AND id > %(after)s
-        AND (attempts >= max_attempts
-             OR (expires_at IS NOT NULL AND attempts = 0 AND expires_at <= {now}))) AS s
-WHERE state = 'expired'
+FROM ((SELECT id, queue, {job_state} AS state, priority, attempts, max_attempts,
+              enqueued_at, visible_at, expires_at, dedupe_key, type, key, position, headers,
+              payload, progress, history
+       FROM {ns}.jobs
+       WHERE queue = %(queue)s AND id > %(after)s AND attempts >= max_attempts
+         AND {job_state} = 'expired'
+       ORDER BY id LIMIT %(limit)s)
+      UNION ALL
+      (SELECT id, queue, {job_state} AS state, priority, attempts, max_attempts,
+              enqueued_at, visible_at, expires_at, dedupe_key, type, key, position, headers,
+              payload, progress, history
+       FROM {ns}.jobs
+       WHERE queue = %(queue)s AND id > %(after)s AND attempts < max_attempts
+         AND expires_at IS NOT NULL AND attempts = 0 AND expires_at <= {now}
+         AND {job_state} = 'expired'
+       ORDER BY id LIMIT %(limit)s)) AS s
 ORDER BY id
 LIMIT %(limit)s
 
