@@ -18,7 +18,6 @@ from relay.dashboard._html import ago, button, count, e, sparkline, table, url, 
 
 PAGE = 50  # jobs, dead letters or events per page
 LOG_WINDOW = 2_000  # the log page filters the newest events of this many positions
-_pretty = msgspec.json.Encoder(order="sorted")
 
 
 class History:
@@ -177,10 +176,11 @@ def queue(store: alkstore.Store, name: str, state: str | None, after: int, csrf:
 
 
 def payload(raw: str | bytes) -> str:
+    """Stored JSON, indented (as stored if it does not parse)."""
     try:
-        return e(_pretty.encode(msgspec.json.decode(raw)).decode())
+        return e(msgspec.json.format(_text(raw), indent=2))
     except msgspec.DecodeError:
-        return e(raw)
+        return e(_text(raw))
 
 
 def job(found: alkstore.JobInfo | alkstore.DeadLetter, csrf: str | None) -> str:
