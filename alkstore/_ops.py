@@ -23,6 +23,7 @@ _LISTS = {  # listing.sql: the state's jobs found from an index (docs/adr/0023)
     "running": "jobs_list_running",
     "expired": "jobs_list_expired",
     "scheduled": "jobs_list_scheduled",
+    "ready": "jobs_list_ready",
 }
 CHANGE_TRIES = 3  # cancel / retry: looks at a job whose state keeps changing under them
 

@@ -55,3 +55,16 @@ FROM (SELECT id, queue, {job_state} AS state, priority, attempts, max_attempts, 
 WHERE state = 'scheduled'
 ORDER BY id
 LIMIT %(limit)s
+
+-- name: jobs_list_ready
+SELECT id, queue, state, priority, attempts, max_attempts, enqueued_at, visible_at,
+       expires_at, dedupe_key, type, key, position, headers::text, payload::text,
+       progress::text, history::text
+FROM (SELECT id, queue, {job_state} AS state, priority, attempts, max_attempts, enqueued_at,
+             visible_at, expires_at, dedupe_key, type, key, position, headers, payload,
+             progress, history
+      FROM {ns}.jobs WHERE queue = %(queue)s AND id > %(after)s
+        AND visible_at <= {now} AND attempts < max_attempts) AS s
+WHERE state = 'ready'
+ORDER BY id
+LIMIT %(limit)s

@@ -42,3 +42,15 @@ FROM (SELECT id, queue, {job_state} AS state, priority, attempts, max_attempts, 
 WHERE state = 'scheduled'
 ORDER BY id
 LIMIT :limit
+
+-- name: jobs_list_ready
+SELECT id, queue, state, priority, attempts, max_attempts, enqueued_at, visible_at,
+       expires_at, dedupe_key, type, key, position, headers, payload, progress, history
+FROM (SELECT id, queue, {job_state} AS state, priority, attempts, max_attempts, enqueued_at,
+             visible_at, expires_at, dedupe_key, type, key, position, headers, payload,
+             progress, history
+      FROM {ns}__jobs WHERE queue = :queue AND id > :after
+        AND visible_at <= {now} AND attempts < max_attempts)
+WHERE state = 'ready'
+ORDER BY id
+LIMIT :limit
