@@ -5,14 +5,15 @@ on PostgreSQL.
 Run it from the repository root (about 3 minutes on PostgreSQL; `--quick`: 100,000 jobs):
 
     python bench/dashboard.py [--quick] [--engines postgres] [--depth 1000000]
-                              [--samples 30] [--json results.json]
+                              [--delayed] [--samples 30] [--json results.json]
 
 One queue (`mail`) holds `depth` ready jobs (inserted in one statement, then VACUUM
 ANALYZE), three small queues a few jobs each, and `mail` 1,000 dead letters. Each page is
 fetched through Starlette's TestClient (the app in this process, no network): the median
 and p95 of `samples` fetches after 3 warm-ups. Beside them, in the same run, the exact
 counts a page would show without estimates (`Queue.info()`, `Store.queues()`, which read
-every job): the baseline the estimates replace. The script always exits 0.
+every job): the baseline the estimates replace. `--delayed`: the queue's jobs are due in
+an hour instead (scheduled, none ready). The script always exits 0.
 """
 
 from __future__ import annotations
@@ -29,7 +30,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/da
 from starlette.testclient import TestClient
 
 import alkstore
-from bench._common import base_parser, fill_jobs, git_commit, load_average, make_backend, percentile
+from bench._common import (
+    Backend,
+    base_parser,
+    fill_jobs,
+    git_commit,
+    load_average,
+    make_backend,
+    percentile,
+)
 from relay.dashboard import create_app
 
 TARGET_MS = 300.0
@@ -37,9 +46,9 @@ PAGES = {
     "queue page (first 50 jobs)": "/queues/mail",
     "queue page, deep (after id depth/2)": "/queues/mail?after={half}",
     "queue page, state=ready": "/queues/mail?state=ready",
-    "queue page, state=running (none)": "/queues/mail?state=running",
-    "queue page, state=scheduled (none)": "/queues/mail?state=scheduled",
-    "queue page, state=expired (none)": "/queues/mail?state=expired",
+    "queue page, state=running": "/queues/mail?state=running",
+    "queue page, state=scheduled": "/queues/mail?state=scheduled",
+    "queue page, state=expired": "/queues/mail?state=expired",
     "overview": "/",
     "queues": "/queues",
     "dead letters": "/queues/mail/dead",
@@ -58,7 +67,7 @@ def timed(call: Callable[[], object], samples: int) -> tuple[float, float]:
     return statistics.median(times), percentile(times, 95)
 
 
-def fill(store: alkstore.Store, backend_name: str, depth: int, backend: object) -> None:
+def fill(store: alkstore.Store, depth: int, backend: Backend, delayed: bool) -> None:
     for name in ("audit", "billing", "search"):
         store.queue(name).enqueue_many([{"n": i} for i in range(5)])
     mail = store.queue("mail")
@@ -67,16 +76,22 @@ def fill(store: alkstore.Store, backend_name: str, depth: int, backend: object) 
         job = mail.claim()
         assert job is not None
         job.fail("smtp timeout")
-    fill_jobs(backend, store, "mail", depth)  # type: ignore[arg-type]
+    fill_jobs(backend, store, "mail", depth)
+    if delayed:
+        jobs = backend.table(store.namespace, "jobs")
+        with store.transaction() as tx:
+            tx.connection.execute(
+                f"UPDATE {jobs} SET visible_at = visible_at + 3600000 WHERE queue = 'mail'"
+            )
 
 
-def run(engine: str, depth: int, samples: int) -> list[dict[str, object]]:
+def run(engine: str, depth: int, samples: int, delayed: bool) -> list[dict[str, object]]:
     backend = make_backend(engine)
     rows: list[dict[str, object]] = []
     try:
         store = backend.connect("bench")
         store.migrate()
-        fill(store, engine, depth, backend)
+        fill(store, depth, backend, delayed)
         backend.vacuum("bench", "jobs")
         backend.vacuum("bench", "dead_letters")
         client = TestClient(create_app(store))
@@ -109,13 +124,15 @@ def main() -> None:
     parser = base_parser(__doc__)
     parser.add_argument("--depth", type=int, help="ready jobs in the queue (default 1,000,000)")
     parser.add_argument("--samples", type=int, default=30)
+    parser.add_argument("--delayed", action="store_true", help="the jobs due in an hour")
     parser.set_defaults(engines=("postgres",))
     args = parser.parse_args()
     depth = args.depth or (100_000 if args.quick else 1_000_000)
-    print(f"# dashboard, {depth:,} ready jobs; commit {git_commit()}, load {load_average():.2f}")
+    kind = "delayed" if args.delayed else "ready"
+    print(f"# dashboard, {depth:,} {kind} jobs; commit {git_commit()}, load {load_average():.2f}")
     results = []
     for engine in args.engines:
-        rows = run(engine, depth, args.samples)
+        rows = run(engine, depth, args.samples, args.delayed)
         results += rows
         print(f"\n| {engine} | median ms | p95 ms |\n|---|---:|---:|")
         for row in rows:
