@@ -107,6 +107,9 @@ class Dashboard:
             request, f"Dead letters of {name}", live, top=top, hold_when_checked=True
         )
 
+    def dead_queues(self, request: Request) -> HTMLResponse:
+        return self.render(request, "Dead letters", _pages.dead_queues(self.store))
+
     def schedules(self, request: Request) -> HTMLResponse:
         live = _pages.schedules(self.store, self.guard.csrf(request))
         return self.render(request, "Schedules", live)
@@ -347,6 +350,7 @@ def create_app(
         Route("/queues/{name:path}/dead", _errors(d.dead)),
         Route("/queues/{name:path}/{action:str}", _errors(d.queue_action), methods=act),
         Route("/queues/{name:path}", _errors(d.queue)),
+        Route("/dead", _errors(d.dead_queues)),
         Route("/jobs/{id:int}", _errors(d.job)),
         Route("/jobs/{id:int}/{action:str}", _errors(d.job_action), methods=act),
         Route("/schedules", _errors(d.schedules)),

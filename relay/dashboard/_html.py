@@ -10,7 +10,13 @@ from html import escape
 from urllib.parse import urlencode
 
 REFRESH = 2  # seconds between live refreshes
-NAV = (("/", "Overview"), ("/queues", "Queues"), ("/schedules", "Schedules"), ("/log", "Log"))
+NAV = (
+    ("/", "Overview"),
+    ("/queues", "Queues"),
+    ("/dead", "Dead letters"),
+    ("/schedules", "Schedules"),
+    ("/log", "Log"),
+)
 
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2433;background:#f6f7f9}

@@ -69,6 +69,19 @@ def queues_table(store: alkstore.Store, csrf: str | None) -> str:
     return table(head, rows, numeric=(1, 2, 3, 4, 5))
 
 
+def dead_queues(store: alkstore.Store) -> str:
+    """Every queue that has dead letters, with their count: the way into each one's."""
+    rows = (
+        (
+            f'<a href="{e(url(f"/queues/{q.name}/dead"))}">{e(q.name)}</a>',
+            count(q.dead, q.estimated),
+        )
+        for q in store.queues(estimate=True)
+        if q.dead
+    )
+    return table(("queue", "dead letters"), rows, numeric=(1,))
+
+
 def overview(store: alkstore.Store, history: History, csrf: str | None) -> str:
     status = store.status(queues=False)
     history.add(status.head, {lag.queue: lag.events for lag in status.subscriptions})

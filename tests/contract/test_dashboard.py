@@ -87,6 +87,9 @@ def test_every_page_shows_what_the_store_holds(filled: alkstore.Store) -> None:
     assert '<a href="/jobs/' not in ready
     job = client.get(f"/jobs/{first[0]}").text
     assert "u0@example.com" in job and "ready" in job
+    everywhere = client.get("/dead").text
+    assert re.search(r'href="/queues/mail/dead">mail</a>.*?<td class=n>3</td>', everywhere)
+    assert ">orders<" not in everywhere  # a queue without dead letters
     dead = client.get("/queues/mail/dead").text
     assert dead.count("smtp timeout") == 2 and "bad address &lt;x&gt;" in dead  # escaped
     dead_id = int(re.findall(r'<a href="/jobs/(\d+)">', dead)[0])
