@@ -200,7 +200,7 @@ class Dashboard:
         every = fields.get("all", [""])[0] == "1"
         error = fields.get("error", [""])[0] or None
         since_text = fields.get("since", [""])[0] or None
-        since = _since(self.store, since_text)
+        since = await run_in_threadpool(_since, self.store, since_text)  # the store's clock
         if not every and not ids:
             raise alkstore.InvalidArgument("select dead letters, or all matching")
         if fields.get("confirm", [""])[0] != "1":
