@@ -45,4 +45,4 @@ def serve(
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
-__all__ = ["create_app", "serve"]
+__all__ = ["LOOPBACK_HOSTS", "create_app", "serve"]

@@ -15,7 +15,7 @@ pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 from starlette.testclient import TestClient
 
 import alkstore
-from relay.dashboard import create_app
+from relay.dashboard import LOOPBACK_HOSTS, create_app
 from tests.events import OrderPlaced
 
 TOKEN = "s3cret-token"
@@ -202,3 +202,11 @@ def test_a_bearer_token_acts_without_a_session(filled: alkstore.Store) -> None:
     done = client.post("/queues/mail/dead/requeue", data=fields, headers=auth)
     assert done.status_code == 303 and mail.count_dead() == 0
     assert mail.info().ready == 63
+
+
+def test_on_loopback_only_loopback_host_names_are_answered(filled: alkstore.Store) -> None:
+    app = create_app(filled, allowed_hosts=LOOPBACK_HOSTS)
+    assert TestClient(app, base_url="http://127.0.0.1:8080").get("/").status_code == 200
+    assert TestClient(app, base_url="http://localhost:8080").get("/").status_code == 200
+    rebound = TestClient(app, base_url="http://evil.example:8080")  # DNS rebinding
+    assert rebound.get("/").status_code == 400

@@ -51,6 +51,9 @@ def test_below_the_threshold_estimate_counts_exactly(est: alkstore.Store, clock:
     assert est.queues(estimate=True) == est.queues()
     assert est.queue("emails").info(estimate=True) == est.queue("emails").info()
     assert not est.queue("emails").info(estimate=True).estimated
+    status = est.status(queues=False)
+    assert status.queues == [] and status.head == est.log.head()
+    assert [q.name for q in est.status().queues] == [q.name for q in est.queues()]
 
 
 def test_above_it_running_oldest_and_names_stay_exact(
