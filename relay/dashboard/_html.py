@@ -76,7 +76,7 @@ def page(
     )
     return (
         f"<!doctype html><html lang=en><head><meta charset=utf-8>"
-        f"<title>{e(title)} · alkstore</title><style>{STYLE}</style>"
+        f'<title>{e(title)} · alkstore</title><link rel=icon href="data:,"><style>{STYLE}</style>'
         f'<script src="/static/htmx.min.js"></script></head><body>'
         f"<header><b>alkstore</b>{nav}<span class=who>{session}</span></header>"
         f'<main><h1>{e(title)}</h1>{top}<div id="live"{poll}>{live}</div></main></body></html>'
