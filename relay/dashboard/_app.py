@@ -116,7 +116,12 @@ class Dashboard:
 
     def log(self, request: Request) -> HTMLResponse:
         query = request.query_params
-        top, live = _pages.log(self.store, query.get("type") or None, query.get("key") or None)
+        top, live = _pages.log(
+            self.store,
+            query.get("type") or None,
+            query.get("key") or None,
+            _whole(query.get("before")),
+        )
         return self.render(request, "Log", live, top=top)
 
     def login_page(self, request: Request) -> HTMLResponse:

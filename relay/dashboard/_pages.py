@@ -17,7 +17,7 @@ import alkstore
 from relay.dashboard._html import ago, button, count, e, sparkline, table, url, when
 
 PAGE = 50  # jobs, dead letters or events per page
-LOG_WINDOW = 2_000  # the log page filters the newest events of this many positions
+LOG_WINDOW = 2_000  # the log page filters this many positions at a time
 
 
 class History:
@@ -318,15 +318,27 @@ def schedules(store: alkstore.Store, csrf: str | None) -> str:
     return table(head, rows)
 
 
-def log(store: alkstore.Store, type_glob: str | None, key: str | None) -> tuple[str, str]:
-    """(the filter form, the live part): the newest matching events of the log's tail."""
-    head = store.log.head()
-    entries = store.log.read(after=max(0, head - LOG_WINDOW), limit=LOG_WINDOW)
+def log(
+    store: alkstore.Store, type_glob: str | None, key: str | None, before: int = 0
+) -> tuple[str, str]:
+    """(the filter form, the live part): the newest events matching the filters among
+    the LOG_WINDOW positions up to `before` (0: the head), newest first; "older" pages
+    back a window (or a page) at a time."""
+    top = before or store.log.head()
+    after = max(0, top - LOG_WINDOW)
+    entries = store.log.read(after=after, limit=top - after) if top > after else []
     chosen = [
         entry
         for entry in reversed(entries)
         if (not type_glob or fnmatchcase(entry.type, type_glob)) and (not key or entry.key == key)
     ][:PAGE]
+    older = chosen[-1].position - 1 if len(chosen) == PAGE else after
+    links = f"positions {after + 1:,} to {top:,}"
+    if older > 0:
+        back = url("/log", type=type_glob, key=key, before=older)
+        links += f' · <a href="{e(back)}">older →</a>'
+    if before:
+        links += f' · <a href="{e(url("/log", type=type_glob, key=key))}">newest</a>'
     form = (
         f'<form method=get><input type=text name=type placeholder="type (order.*)" '
         f'value="{e(type_glob or "")}"> <input type=text name=key placeholder=key '
@@ -342,4 +354,5 @@ def log(store: alkstore.Store, type_glob: str | None, key: str | None) -> tuple[
         )
         for entry in chosen
     )
-    return form, table(("position", "type", "key", "appended", "payload"), rows, numeric=(0,))
+    listing = table(("position", "type", "key", "appended", "payload"), rows, numeric=(0,))
+    return form, f"{listing}<p class=muted>{links}</p>"

@@ -210,3 +210,31 @@ def test_on_loopback_only_loopback_host_names_are_answered(filled: alkstore.Stor
     assert TestClient(app, base_url="http://localhost:8080").get("/").status_code == 200
     rebound = TestClient(app, base_url="http://evil.example:8080")  # DNS rebinding
     assert rebound.get("/").status_code == 400
+
+
+def test_the_log_pages_back_a_window_at_a_time(
+    store: alkstore.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from relay.dashboard import _pages
+
+    monkeypatch.setattr(_pages, "LOG_WINDOW", 80)
+    with store.transaction() as tx:
+        for i in range(1, 121):
+            tx.append(OrderPlaced(order_id=i, total_cents=i), key=f"order-{i}")
+    client = _client(store)
+
+    def shown(path: str) -> tuple[list[int], str | None]:
+        page = client.get(path).text
+        positions = [int(p) for p in re.findall(r"<tr><td class=n>(\d+)</td>", page)]
+        older = re.search(r'href="(/log[^"]*)">older', page)
+        return positions, None if older is None else older[1].replace("&amp;", "&")
+
+    first, older = shown("/log")
+    assert first == list(range(120, 70, -1)) and older == "/log?before=70"
+    second, older = shown(older)
+    assert second == list(range(70, 20, -1)) and older == "/log?before=20"
+    third, older = shown(older)
+    assert third == list(range(20, 0, -1)) and older is None
+    found, older = shown("/log?key=order-3")  # not among the newest 80: none, then older
+    assert found == [] and older == "/log?key=order-3&before=40"
+    assert shown(older) == ([3], None)
