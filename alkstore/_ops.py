@@ -13,19 +13,27 @@ from typing import Any, Literal, get_args
 
 import msgspec
 
-from alkstore import _backoff, _checks, _dead, _engine, _errors, _jobs
+from alkstore import _backoff, _checks, _dead, _engine, _errors, _estimates, _jobs
 
 JobState = Literal["ready", "scheduled", "running", "expired"]
 PurgeState = Literal["ready", "scheduled", "dead"]
 _JOB_STATES: tuple[str, ...] = get_args(JobState)
 _MAX_ID = 2**63 - 1
+_LISTS = {  # listing.sql: the state's jobs found from an index (docs/adr/0023)
+    "running": "jobs_list_running",
+    "expired": "jobs_list_expired",
+    "scheduled": "jobs_list_scheduled",
+    "ready": "jobs_list_ready",
+}
 CHANGE_TRIES = 3  # cancel / retry: looks at a job whose state keeps changing under them
 
 
 class QueueInfo(msgspec.Struct, frozen=True, kw_only=True):
     """One queue as an operator sees it: `ready` (claimable now), `scheduled` (delayed, or
     waiting out a retry's backoff), `running` (leased), `dead` (dead letters), the age in
-    seconds of the oldest ready job (None: none is ready) and whether it is paused."""
+    seconds of the oldest ready job (None: none is ready) and whether it is paused.
+    `estimated`: ready, scheduled and dead are the planner's estimates (`estimate=True` on
+    a large PostgreSQL table; docs/adr/0023)."""
 
     name: str
     paused: bool
@@ -34,9 +42,10 @@ class QueueInfo(msgspec.Struct, frozen=True, kw_only=True):
     running: int
     dead: int
     oldest_ready_age: float | None = None
+    estimated: bool = False
 
 
-def _info(name: str, row: tuple[Any, ...]) -> QueueInfo:
+def _info(name: str, row: tuple[Any, ...], estimated: bool = False) -> QueueInfo:
     paused, ready, scheduled, running, dead, oldest_ms = row
     return QueueInfo(
         name=name,
@@ -46,6 +55,7 @@ def _info(name: str, row: tuple[Any, ...]) -> QueueInfo:
         running=running,
         dead=dead,
         oldest_ready_age=None if oldest_ms is None else max(0.0, oldest_ms / 1000),
+        estimated=estimated,
     )
 
 
@@ -53,6 +63,14 @@ def queues(engine: _engine.Engine, now: int | None) -> list[QueueInfo]:
     """Every queue of the namespace in name order: declared, subscribed, or reached only by
     jobs (`tx.enqueue`) or dead letters."""
     return [_info(row[0], row[1:]) for row in engine.run("queues_overview", {"now": now})]
+
+
+def estimated_queues(engine: _engine.Engine, clock: _dead.Clock) -> list[QueueInfo]:
+    """`queues`, estimated at scale (docs/adr/0023; exact below it and on SQLite)."""
+    estimator = _estimates.Estimator(engine, clock)
+    if not estimator.active:
+        return queues(engine, clock.now_param())
+    return [_info(n, estimator.counts(n, p), True) for n, p in estimator.names()]
 
 
 def find(
@@ -69,8 +87,13 @@ def find(
 class Operations(_dead.DeadLetters):
     """The operator's half of `alkstore.Queue` (a mixin: Queue provides the attributes)."""
 
-    def info(self) -> QueueInfo:
-        """This queue's counts and pause flag (zeros for a queue nothing has reached)."""
+    def info(self, *, estimate: bool = False) -> QueueInfo:
+        """This queue's counts and pause flag (zeros for a queue nothing has reached).
+        `estimate=True`: estimated at scale, not counted (`estimated`; docs/adr/0023)."""
+        if estimate:
+            estimator = _estimates.Estimator(self._engine, self._rt)
+            if estimator.active:
+                return _info(self.name, estimator.counts(self.name), True)
         params = {"queue": self.name, "now": self._rt.now_param()}
         return _info(self.name, self._engine.run("queue_info", params)[0])
 
@@ -109,7 +132,8 @@ class Operations(_dead.DeadLetters):
             "after": _checks.whole("after", after, 0, _MAX_ID),
             "now": self._rt.now_param(),
         }
-        return [_jobs.job_info(row) for row in self._engine.run("jobs_list", params)]
+        query = _LISTS.get(state, "jobs_list") if state is not None else "jobs_list"
+        return [_jobs.job_info(row) for row in self._engine.run(query, params)]
 
     def get(self, job_id: int) -> _jobs.JobInfo | _jobs.DeadLetter | None:
         """This queue's job `job_id`: live (a JobInfo with its state, attempts and history),

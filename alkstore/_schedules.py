@@ -307,6 +307,16 @@ class Schedules:
         upcoming = next_after(s.cron, s.every_ms, s.tz, s.start_at, now)
         self._engine.run("schedule_resume", {"name": name, "next_fire_at": upcoming, "now": now})
 
+    def run_now(self, name: str) -> None:
+        """Append the schedule's event now, once, paused or not (its headers say
+        `alkstore-schedule: name` and `alkstore-run: now`); its boundaries and next fire
+        stay as they are."""
+        s = self.get(name, upcoming=0)
+        headers = _events.codec.encode_value({"alkstore-schedule": name, "alkstore-run": "now"})
+        with self._engine.transaction() as conn:
+            self._engine.insert_events(conn, [(s.event_type, s.key, headers, s.payload)])
+        self._engine.committed()
+
     def remove(self, name: str) -> None:
         self._require(self._engine.run("schedule_remove", {"name": name}), name)
 

@@ -115,7 +115,7 @@ class Status(msgspec.Struct, frozen=True):
     # role may not see (PostgreSQL, without pg_read_all_stats: docs/adr/0020)
 
 
-def status(rt: _queue.Runtime) -> Status:
+def status(rt: _queue.Runtime, *, queues: bool = True) -> Status:
     engine = rt.engine
     unsequenced, appender = engine.backlog()  # before head(), which numbers the backlog
     head = engine.head()
@@ -141,7 +141,7 @@ def status(rt: _queue.Runtime) -> Status:
         holdups,
         unsequenced,
         oldest,
-        queues=queues(rt),
+        queues=queue_counts(rt) if queues else [],
         schedules=[_schedule(s) for s in _schedules.Schedules(rt).list()],
         leaders=leaders,
         workers=_workers.workers(rt),
@@ -151,7 +151,7 @@ def status(rt: _queue.Runtime) -> Status:
     )
 
 
-def queues(rt: _queue.Runtime) -> list[QueueStatus]:
+def queue_counts(rt: _queue.Runtime) -> list[QueueStatus]:
     """Every queue of the namespace, in byte order of names, with its counts."""
     found = []
     params = {"now": rt.now_param()}

@@ -232,9 +232,12 @@ class Store:
         """The durable queue `name` (created on first enqueue; configure with `.configure`)."""
         return _queue.Queue(self._runtime, name)
 
-    def queues(self) -> list[_ops.QueueInfo]:
+    def queues(self, *, estimate: bool = False) -> list[_ops.QueueInfo]:
         """Every queue with its counts and pause flag, in name order: declared, subscribed,
-        or reached only by `tx.enqueue` or dead letters (docs/adr/0017)."""
+        or reached only by `tx.enqueue` or dead letters (docs/adr/0017). `estimate=True`:
+        estimated at scale rather than counted (docs/adr/0023)."""
+        if estimate:
+            return _ops.estimated_queues(self._engine, self._runtime)
         return _ops.queues(self._engine, self._runtime.now_param())
 
     def job(self, job_id: int) -> _jobs.JobInfo | _jobs.DeadLetter | None:
@@ -298,12 +301,14 @@ class Store:
         """Delete events older than `older_than` seconds that every subscription passed."""
         return _routing.prune_log(self._runtime, older_than)
 
-    def status(self) -> _status.Status:
+    def status(self, *, queues: bool = True) -> _status.Status:
         """What an operator asks first: the log head and (PostgreSQL) the sequencing
         backlog and open writing transactions, each subscription's lag, every queue with
         its counts per state, schedules with their next fire, who leads (relay, scheduler,
-        sweeper), the workers, and the retention in effect (docs/adr/0018)."""
-        return _status.status(self._runtime)
+        sweeper), the workers, and the retention in effect (docs/adr/0018).
+        `queues=False` leaves the queues out (an empty list): counting them reads every
+        job; `queues(estimate=True)` does not (docs/adr/0023)."""
+        return _status.status(self._runtime, queues=queues)
 
     def workers(self) -> list[_workers.WorkerInfo]:
         """The worker processes that announced themselves, oldest first: live ones and

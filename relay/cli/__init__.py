@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 import alkstore
-from relay.cli import _commands, _live, _ops, _parser, _processes
+from relay.cli import _commands, _dashboard, _live, _ops, _parser, _processes
 
 EXIT_PIPE = 141  # 128 + SIGPIPE: what a shell reports for `yes | head -1`
 
@@ -65,6 +65,7 @@ def _run(args: argparse.Namespace) -> int:
                 _commands.COMMANDS.get(args.command)
                 or _ops.COMMANDS.get(args.command)
                 or _live.COMMANDS.get(args.command)
+                or _dashboard.COMMANDS.get(args.command)
                 or _processes.PROCESSES[args.command]
             )
             return command(store, args)

@@ -175,4 +175,7 @@ def build() -> Parser:
 
     _ops.add_parsers(commands, common)
     _live.add_parsers(commands, common)  # status, workers, subscriptions; retention flags
+    from relay.cli import _dashboard  # it imports this module's `port`
+
+    _dashboard.add_parsers(commands, common)
     return parser

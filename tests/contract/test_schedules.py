@@ -686,3 +686,25 @@ def test_relay_without_schedules_fires_nothing(store: alkstore.Store) -> None:
         thread.join(timeout=60)
     assert not thread.is_alive()
     assert store.log.head() == 0
+
+
+def test_run_now_appends_the_event_once_and_keeps_the_boundaries(
+    sstore: alkstore.Store, clock: Clock
+) -> None:
+    sstore.schedules.add("nightly", cron="0 3 * * *", event=OrderPlaced(order_id=5, total_cents=1))
+    sstore.schedules.pause("nightly")
+    before = sstore.schedules.get("nightly")
+    sstore.schedules.run_now("nightly")
+    (entry,) = sstore.log.read()
+    assert entry.type == "test.order_placed" and entry.headers == {
+        "alkstore-schedule": "nightly",
+        "alkstore-run": "now",
+    }
+    after = sstore.schedules.get("nightly")
+    assert (after.paused, after.next_fire_at, after.last_fired) == (
+        before.paused,
+        before.next_fire_at,
+        before.last_fired,
+    )
+    with pytest.raises(alkstore.InvalidArgument, match="no schedule named"):
+        sstore.schedules.run_now("missing")
