@@ -124,6 +124,13 @@ def status(store: alkstore.Store, args: argparse.Namespace) -> int:
     say("subscriptions:" if state.subscriptions else "subscriptions: none")
     for lag in state.subscriptions:
         age = "caught up" if lag.seconds is None else f"{lag.seconds:.1f}s behind"
+        if lag.sink is not None:  # a broker sink (docs/adr/0026)
+            parked = "" if lag.parked is None else f"; PARKED: {lag.parked}"
+            say(
+                f"  {lag.queue} -> {lag.sink}: checkpoint {lag.checkpoint}, "
+                f"{lag.events} events / {age}{parked}"
+            )
+            continue
         q = queues[lag.queue]
         oldest = "" if q.oldest_ready_age is None else f", oldest {q.oldest_ready_age:.1f}s"
         say(
