@@ -1,0 +1,111 @@
+"""Where the sink tests publish, and how they read back what arrived (docs/adr/0026).
+
+A `Target` is one broker destination a test creates for itself (a Redis stream, a
+JetStream stream, a RabbitMQ queue) and removes at the end; `received()` returns every
+message it holds, in broker order, as `Got` (the envelope read back from the broker's
+own headers or fields).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from tests import brokers
+
+
+@dataclass(frozen=True)
+class Got:
+    id: str
+    type: str
+    key: str | None
+    position: int
+    headers: dict[str, str]  # the event's own headers (trace context), not the envelope
+    body: bytes
+    appended_at: str
+
+
+class Target:
+    kind: str
+    url: str
+    options: dict[str, Any]
+    dedupes: bool  # the broker drops a message it already has (same id)
+
+    def received(self) -> list[Got]:
+        raise NotImplementedError
+
+    def refuse(self) -> None:
+        """Make the broker refuse this destination's messages for good."""
+        raise NotImplementedError
+
+    def accept(self) -> None:
+        """Undo `refuse`."""
+        raise NotImplementedError
+
+    def cleanup(self) -> None:
+        raise NotImplementedError
+
+
+def _got(fields: dict[str, str], own: dict[str, str], body: bytes) -> Got:
+    return Got(
+        fields["alk-id"],
+        fields["alk-type"],
+        fields.get("alk-key"),
+        int(fields["alk-position"]),
+        own,
+        body,
+        fields["alk-appended-at"],
+    )
+
+
+class RedisTarget(Target):
+    kind = "redis"
+    dedupes = True
+
+    def __init__(self, url: str) -> None:
+        import redis
+
+        self.url = url
+        self.stream = f"alktest-{uuid.uuid4().hex[:10]}"
+        self.options = {"stream": self.stream}
+        self.client = redis.Redis.from_url(url)
+
+    def received(self) -> list[Got]:
+        found = []
+        entries: list[tuple[bytes, dict[bytes, bytes]]] = self.client.xrange(self.stream)  # type: ignore[assignment]
+        for entry_id, raw in entries:
+            fields = {k.decode(): v for k, v in raw.items()}
+            text = {k: v.decode() for k, v in fields.items() if k != "payload"}
+            assert entry_id.decode() == f"{text['alk-position']}-0"
+            own = msgspec.json.decode(fields["alk-headers"], type=dict[str, str])
+            found.append(_got(text, own, fields["payload"]))
+        return found
+
+    def refuse(self) -> None:
+        self.client.set(self.stream, "not a stream")  # XADD: WRONGTYPE
+
+    def accept(self) -> None:
+        self.client.delete(self.stream)
+
+    def cleanup(self) -> None:
+        self.client.delete(self.stream)
+        self.client.close()
+
+
+@contextmanager
+def target(kind: str, url: str | None = None) -> Iterator[Target]:
+    """A fresh destination on the local broker of `kind` (or the one at `url`)."""
+    made: Target
+    if kind == "redis":
+        made = RedisTarget(url or brokers.require(brokers.REDIS_URL, 6379, "Redis"))
+    else:
+        raise ValueError(kind)
+    try:
+        yield made
+    finally:
+        made.cleanup()
