@@ -97,12 +97,82 @@ class RedisTarget(Target):
         self.client.close()
 
 
+class NatsTarget(Target):
+    """A JetStream stream of its own, capturing `<prefix>.>`."""
+
+    kind = "nats"
+    dedupes = True
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        tag = uuid.uuid4().hex[:10]
+        self.stream = f"ALKTEST_{tag}"
+        self.prefix = f"alktest.{tag}"
+        self.options = {"subject": self.prefix + ".{type}", "stream": self.stream}
+        self.accept()
+
+    async def _jsm(self) -> Any:
+        import nats
+
+        nc = await nats.connect(self.url, connect_timeout=2)
+        return nc, nc.jsm()
+
+    def received(self) -> list[Got]:
+        async def read() -> list[Got]:
+            nc, jsm = await self._jsm()
+            try:
+                info = await jsm.stream_info(self.stream)
+                found = []
+                for seq in range(info.state.first_seq, info.state.last_seq + 1):
+                    msg = await jsm.get_msg(self.stream, seq)
+                    headers = dict(msg.headers or {})
+                    assert headers.pop("Nats-Msg-Id") == headers["alk-id"]
+                    assert headers.pop("Nats-Expected-Stream") == self.stream
+                    assert msg.subject.startswith(self.prefix + ".")
+                    own = {k: v for k, v in headers.items() if not k.startswith("alk-")}
+                    found.append(_got(headers, own, msg.data or b""))
+                return found
+            finally:
+                await nc.close()
+
+        return brokers.run(read())
+
+    def refuse(self) -> None:
+        self.cleanup()  # no stream captures the subject
+
+    def accept(self) -> None:
+        async def create() -> None:
+            nc, jsm = await self._jsm()
+            try:
+                await jsm.add_stream(name=self.stream, subjects=[self.prefix + ".>"])
+            finally:
+                await nc.close()
+
+        brokers.run(create())
+
+    def cleanup(self) -> None:
+        async def delete() -> None:
+            import nats.js.errors
+
+            nc, jsm = await self._jsm()
+            try:
+                await jsm.delete_stream(self.stream)
+            except nats.js.errors.NotFoundError:
+                pass
+            finally:
+                await nc.close()
+
+        brokers.run(delete())
+
+
 @contextmanager
 def target(kind: str, url: str | None = None) -> Iterator[Target]:
     """A fresh destination on the local broker of `kind` (or the one at `url`)."""
     made: Target
     if kind == "redis":
         made = RedisTarget(url or brokers.require(brokers.REDIS_URL, 6379, "Redis"))
+    elif kind == "nats":
+        made = NatsTarget(url or brokers.require(brokers.NATS_URL, 4222, "NATS"))
     else:
         raise ValueError(kind)
     try:

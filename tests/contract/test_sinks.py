@@ -23,7 +23,7 @@ from tests import brokers
 from tests.events import Basket, OrderPlaced
 from tests.sink_targets import Target, target
 
-KINDS = ["redis"]
+KINDS = ["redis", "nats"]
 
 
 @pytest.fixture(params=KINDS)
