@@ -165,6 +165,70 @@ class NatsTarget(Target):
         brokers.run(delete())
 
 
+class RabbitTarget(Target):
+    """A queue of its own, fed through the default exchange (routing key = its name)."""
+
+    kind = "rabbitmq"
+    dedupes = False
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.queue = f"alktest-{uuid.uuid4().hex[:10]}"
+        self.options = {"routing_key": self.queue}
+        self.accept()
+
+    async def _channel(self) -> Any:
+        import aio_pika
+
+        connection = await aio_pika.connect(self.url, timeout=5)
+        return connection, await connection.channel()
+
+    def received(self) -> list[Got]:
+        """Everything in the queue, in order (requeued: it can be read again)."""
+
+        async def read() -> list[Got]:
+            connection, channel = await self._channel()
+            try:
+                queue = await channel.get_queue(self.queue)
+                found, held = [], []
+                while (msg := await queue.get(fail=False, no_ack=False)) is not None:
+                    held.append(msg)
+                    headers = {k: str(v) for k, v in (msg.headers or {}).items()}
+                    assert msg.message_id == headers["alk-id"] and msg.type == headers["alk-type"]
+                    own = {k: v for k, v in headers.items() if not k.startswith("alk-")}
+                    found.append(_got(headers, own, msg.body))
+                for msg in held:
+                    await msg.nack(requeue=True)
+                return found
+            finally:
+                await connection.close()
+
+        return brokers.run(read())
+
+    def refuse(self) -> None:
+        self.cleanup()  # the default exchange has no route for it: returned
+
+    def accept(self) -> None:
+        async def declare() -> None:
+            connection, channel = await self._channel()
+            try:
+                await channel.declare_queue(self.queue, durable=True)
+            finally:
+                await connection.close()
+
+        brokers.run(declare())
+
+    def cleanup(self) -> None:
+        async def delete() -> None:
+            connection, channel = await self._channel()
+            try:
+                await channel.queue_delete(self.queue)
+            finally:
+                await connection.close()
+
+        brokers.run(delete())
+
+
 @contextmanager
 def target(kind: str, url: str | None = None) -> Iterator[Target]:
     """A fresh destination on the local broker of `kind` (or the one at `url`)."""
@@ -173,6 +237,8 @@ def target(kind: str, url: str | None = None) -> Iterator[Target]:
         made = RedisTarget(url or brokers.require(brokers.REDIS_URL, 6379, "Redis"))
     elif kind == "nats":
         made = NatsTarget(url or brokers.require(brokers.NATS_URL, 4222, "NATS"))
+    elif kind == "rabbitmq":
+        made = RabbitTarget(url or brokers.require(brokers.AMQP_URL, 5672, "RabbitMQ"))
     else:
         raise ValueError(kind)
     try:

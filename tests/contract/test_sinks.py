@@ -23,7 +23,7 @@ from tests import brokers
 from tests.events import Basket, OrderPlaced
 from tests.sink_targets import Target, target
 
-KINDS = ["redis", "nats"]
+KINDS = ["redis", "nats", "rabbitmq"]
 
 
 @pytest.fixture(params=KINDS)
