@@ -40,19 +40,19 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import aio_pika  # noqa: E402
-import nats  # noqa: E402
-import redis.asyncio as aioredis  # noqa: E402
+import aio_pika
+import nats
+import redis.asyncio as aioredis
 
-import alkstore  # noqa: E402
-from bench._common import OrderPlaced, cli_process, make_backend, percentile, tail_of  # noqa: E402
-from relay.sinks import Message, SinkLoop, envelope  # noqa: E402
+import alkstore
+from bench._common import OrderPlaced, cli_process, make_backend, percentile, tail_of
+from relay.sinks import Message, SinkLoop, envelope
 
 REDIS = "redis://127.0.0.1:6379/0"
 NATS = "nats://127.0.0.1:4222"
@@ -173,7 +173,7 @@ async def plain_rabbitmq(dest: Destination, messages: list[Message], batch: int)
     await conn.close()
 
 
-PLAIN: dict[str, Callable[[Destination, list[Message], int], Awaitable[None]]] = {
+PLAIN: dict[str, Callable[[Destination, list[Message], int], Coroutine[Any, Any, None]]] = {
     "redis": plain_redis,
     "nats": plain_nats,
     "rabbitmq": plain_rabbitmq,
@@ -287,7 +287,7 @@ class Consumer:
         r = aioredis.Redis.from_url(REDIS)
         last = "0-0"
         while True:
-            reply = await r.xread({self.dest.name: last}, block=1000)
+            reply: Any = await r.xread({self.dest.name: last}, block=1000)
             for _, entries in reply or []:
                 for entry_id, fields in entries:
                     self._got(fields[b"payload"])
