@@ -171,17 +171,25 @@ def sink_subscriptions(rt: _queue.Runtime) -> list[SinkSubscription]:
     return found
 
 
-def batch(rt: _queue.Runtime, lease: _routing.Lease | None, name: str, size: int) -> SinkBatch:
-    """The next events of sink `name` after its checkpoint, at most `size` positions
-    (fenced: NotLeader if `lease` was taken over). No events and low == high: nothing to
-    do, or the subscription is gone or parked."""
+def batch(
+    rt: _queue.Runtime,
+    lease: _routing.Lease | None,
+    name: str,
+    size: int,
+    after: int | None = None,
+) -> SinkBatch:
+    """The next events of sink `name` after its checkpoint (or after position `after`:
+    the relay reads a batch ahead while the last one publishes), at most `size`
+    positions (fenced: NotLeader if `lease` was taken over). No events and low == high:
+    nothing to do, or the subscription is gone or parked."""
     engine = rt.engine
     engine.sequence()
     decode_headers = _events.codec.decode_headers
     with engine.transaction() as conn:
         if lease is not None and not lease.renew(conn):
             raise _routing.NotLeader(f"lease {lease.name!r} was taken over; stopping")
-        rows = engine.run_in(conn, "sink_bounds", {"name": name, "batch": size})
+        params = {"name": name, "batch": size, "after": after}
+        rows = engine.run_in(conn, "sink_bounds", params)
         if not rows:
             return SinkBatch(name, 0, 0, [])
         low, high, patterns = int(rows[0][0]), int(rows[0][1]), rows[0][2]
@@ -246,8 +254,10 @@ class Feed:
     def subscriptions(self) -> list[SinkSubscription]:
         return sink_subscriptions(self._rt)
 
-    def batch(self, lease: _routing.Lease | None, name: str, size: int) -> SinkBatch:
-        return batch(self._rt, lease, name, size)
+    def batch(
+        self, lease: _routing.Lease | None, name: str, size: int, after: int | None = None
+    ) -> SinkBatch:
+        return batch(self._rt, lease, name, size, after)
 
     def advance(self, lease: _routing.Lease | None, name: str, low: int, high: int) -> bool:
         return advance(self._rt, lease, name, low, high)

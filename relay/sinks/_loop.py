@@ -27,6 +27,7 @@ import alkstore
 from relay.sinks import _base
 
 log = logging.getLogger("alkstore.relay.sinks")
+READ_AHEAD = 8  # batches of one subscription per step, each read while the last publishes
 T = TypeVar("T")
 _CLIENTS = {  # scheme -> (module, class, extra)
     "redis": ("relay.sinks._redis", "RedisSink", "redis"),
@@ -69,7 +70,7 @@ class SinkLoop:
         self.lease = lease
         self.batch = batch
         self.budget = lease.ttl_ms / 2000  # seconds a batch may take to publish
-        self._wait = tenacity.wait_random_exponential(multiplier=0.1, max=max_backoff)
+        self._backoff = tenacity.wait_random_exponential(multiplier=0.1, max=max_backoff)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._open: dict[str, tuple[str, dict[str, Any], _base.Sink]] = {}
@@ -96,34 +97,56 @@ class SinkLoop:
         return busy
 
     def _step(self, sub: alkstore.SinkSubscription) -> bool:
+        """Up to READ_AHEAD batches of one subscription: the next batch is read (and its
+        messages built) while the broker confirms the one before; it is published only
+        once that one is confirmed and its checkpoint moved, so the order holds."""
         started = time.monotonic()
         batch = self.feed.batch(self.lease, sub.name, self.batch)
-        if batch.high <= batch.low:
-            return False
-        full = batch.high - batch.low >= self.batch
-        if not batch.events:  # nothing it subscribes to: pass the range
-            self.feed.advance(self.lease, sub.name, batch.low, batch.high)
-            return full
-        messages = [_base.envelope(self.namespace, event) for event in batch.events]
-        try:
-            sink = self._sink(sub)
-            budget = self.budget - (time.monotonic() - started)
-            if budget <= 0:
-                raise _base.unavailable(TimeoutError("the lease's time ran out before publishing"))
-            dups = self._run(sink.publish(messages, budget), budget + 1.0)
-        except _base.SinkError as exc:
-            self._failed(sub, batch, messages, exc)
-            return False
-        except Exception as exc:  # a client's own failure: retried, never skipped
-            log.exception("sink %r: unexpected error", sub.name)
-            self._failed(sub, batch, messages, _base.unavailable(exc))
-            return False
-        self.published += len(messages)
-        self.duplicates += dups
-        self._failures.pop(sub.name, None)
-        self._retry_at.pop(sub.name, None)
-        self.feed.advance(self.lease, sub.name, batch.low, batch.high)
-        return full
+        for _ in range(READ_AHEAD):
+            if batch.high <= batch.low:
+                return False
+            full = batch.high - batch.low >= self.batch
+            if not batch.events:  # nothing it subscribes to: pass the range
+                if not self.feed.advance(self.lease, sub.name, batch.low, batch.high):
+                    return True  # moved meanwhile (a replay): read again
+                if not full:
+                    return False
+                started = time.monotonic()
+                batch = self.feed.batch(self.lease, sub.name, self.batch, after=batch.high)
+                continue
+            messages = [_base.envelope(self.namespace, event) for event in batch.events]
+            try:
+                sink = self._sink(sub)
+                budget = self.budget - (time.monotonic() - started)
+                if budget <= 0:
+                    raise _base.unavailable(TimeoutError("the lease's time ran out"))
+                sending = self._submit(sink.publish(messages, budget))
+                following = None
+                if full:  # read the next batch meanwhile (fenced like any read)
+                    following = (
+                        time.monotonic(),
+                        self.feed.batch(self.lease, sub.name, self.batch, after=batch.high),
+                    )
+                dups = self._wait(sending, budget - (time.monotonic() - started) + 1.0)
+            except _base.SinkError as exc:
+                self._failed(sub, batch, messages, exc)
+                return False
+            except alkstore.AlkstoreError:
+                raise  # NotLeader, a database error: the relay's loop handles those
+            except Exception as exc:  # a client's own failure: retried, never skipped
+                log.exception("sink %r: unexpected error", sub.name)
+                self._failed(sub, batch, messages, _base.unavailable(exc))
+                return False
+            self.published += len(messages)
+            self.duplicates += dups
+            self._failures.pop(sub.name, None)
+            self._retry_at.pop(sub.name, None)
+            if not self.feed.advance(self.lease, sub.name, batch.low, batch.high):
+                return True  # moved meanwhile (a replay): read again
+            if following is None:
+                return False
+            started, batch = following
+        return True
 
     def _failed(
         self,
@@ -155,7 +178,7 @@ class SinkLoop:
         self._failures[sub.name] = n
         state = tenacity.RetryCallState(tenacity.Retrying(), None, (), {})
         state.attempt_number = n
-        delay = self._wait(state)
+        delay = self._backoff(state)
         self._retry_at[sub.name] = time.monotonic() + delay
         log.warning(
             "sink %r (%s): %s; %d events wait at position %d, retrying in %.1fs",
@@ -177,13 +200,18 @@ class SinkLoop:
         return sink
 
     def _run(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
+        return self._wait(self._submit(coro), timeout)
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
             self._thread = threading.Thread(
                 target=self._loop.run_forever, name="alkstore-sinks", daemon=True
             )
             self._thread.start()
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def _wait(self, future: concurrent.futures.Future[T], timeout: float) -> T:
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError as exc:

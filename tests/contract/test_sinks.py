@@ -96,7 +96,7 @@ def test_exactly_the_committed_events_arrive_in_order(store: alkstore.Store, des
     _append(store, 30)
     with store.transaction() as tx:
         tx.append(Basket(items=[2]), key="k0")  # not subscribed
-    r = relay.Relay(store, lease_ttl=5)
+    r = relay.Relay(store, lease_ttl=5, sink_batch=7)  # batches read ahead
     _drain(r, store, "feed")
     got = dest.received()
     log = [e for e in store.log.read(0, 1000) if e.type == "test.order_placed"]
@@ -122,20 +122,24 @@ def test_the_checkpoint_never_passes_an_unconfirmed_message(
 ) -> None:
     store.subscribe_sink("feed", dest.url, ["test.*"], **dest.options)
     _append(store, 20)
-    r = relay.Relay(store, lease_ttl=5)
+    r = relay.Relay(store, lease_ttl=5, sink_batch=8)
     sink = r.sinks._sink(store.sink_subscriptions()[0])  # opened (and connected) here
     real = sink.publish
-    confirmed = 7
+    calls, confirmed = [], 3
 
-    async def fail_after_some(messages: Any, timeout: float) -> int:
+    async def fail_in_the_second_batch(messages: Any, timeout: float) -> int:
+        calls.append(len(messages))
+        if len(calls) == 1:
+            return await real(messages, timeout)
         await real(messages[:confirmed], timeout)  # really published and confirmed
         raise _base.SinkError("injected: connection lost", confirmed=confirmed, permanent=False)
 
-    sink.publish = fail_after_some  # type: ignore[method-assign]
+    sink.publish = fail_in_the_second_batch  # type: ignore[method-assign]
     r.step()
+    assert calls == [8, 8], "the second batch (read ahead) was published after the first"
     positions = [e.position for e in store.log.read(0, 1000)]
     (sub,) = store.sink_subscriptions()
-    assert sub.checkpoint == positions[confirmed] - 1, "up to the last confirmed message"
+    assert sub.checkpoint == positions[8 + confirmed] - 1, "up to the last confirmed message"
     (lag,) = store.status().subscriptions
     assert lag.events == store.log.head() - sub.checkpoint and lag.parked is None
     assert r.sinks.retries == 1

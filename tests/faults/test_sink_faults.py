@@ -74,12 +74,13 @@ def test_relay_killed_ten_times_every_committed_event_reaches_every_broker_in_ke
             ]
             try:
                 for _ in range(KILLS):
-                    proc = relays.start(batch=rng.choice([None, 20]))
+                    sink_batch = rng.choice([25, 1_000])  # small: batches read ahead
+                    proc = relays.start(extra=["--sink-batch", str(sink_batch)])
                     deadline = time.monotonic() + ACTIVE_WAIT
                     while not proc.was_active():
                         assert proc.alive() and time.monotonic() < deadline, proc.describe()
                         time.sleep(0.01)
-                    time.sleep(rng.uniform(0, 0.5))
+                    time.sleep(rng.uniform(0, 0.8))
                     proc.kill()
                     assert proc.proc.returncode == -signal.SIGKILL
             finally:

@@ -190,16 +190,18 @@ WHERE {ns}.subscriptions.sink IS NOT NULL
 RETURNING checkpoint, gap_first, gap_last
 
 -- name: sink_bounds
--- The next batch of a sink (docs/adr/0026): its checkpoint and the last position of the
--- %(batch)s events after it (the checkpoint when there are none); no row when it is
--- gone, not a sink, or parked. JIT off for the transaction, as relay_bounds (ADR 0011).
-SELECT s.checkpoint, coalesce((
+-- The next batch of a sink (docs/adr/0026): its checkpoint (or %(after)s, a batch read
+-- ahead) and the last position of the %(batch)s events after it (the start when there
+-- are none); no row when it is gone, not a sink, or parked. JIT off for the transaction, as relay_bounds (ADR 0011).
+SELECT f.low, coalesce((
     SELECT max(position) FROM (
         SELECT position FROM {ns}.events
-        WHERE position > s.checkpoint ORDER BY position LIMIT %(batch)s) AS b), s.checkpoint),
-    array_to_json(s.patterns)::text
-FROM {ns}.subscriptions AS s, (SELECT set_config('jit', 'off', true)) AS no_jit
-WHERE s.queue = %(name)s AND s.sink IS NOT NULL AND s.parked IS NULL
+        WHERE position > f.low ORDER BY position LIMIT %(batch)s) AS b), f.low),
+    f.patterns
+FROM (SELECT coalesce(%(after)s::bigint, s.checkpoint) AS low,
+             array_to_json(s.patterns)::text AS patterns
+      FROM {ns}.subscriptions AS s, (SELECT set_config('jit', 'off', true)) AS no_jit
+      WHERE s.queue = %(name)s AND s.sink IS NOT NULL AND s.parked IS NULL) AS f
 
 -- name: sink_events
 -- The events of (low, high] whose type matches the sink's LIKE patterns, in log order.

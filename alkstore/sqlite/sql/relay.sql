@@ -140,16 +140,17 @@ WHERE sink IS NOT NULL
 RETURNING checkpoint, gap_first, gap_last
 
 -- name: sink_bounds
--- The next batch of a sink (docs/adr/0026): its checkpoint and the last position of the
--- :batch events after it (the checkpoint when there are none); NULL when it is gone,
--- not a sink, or parked.
-SELECT s.checkpoint, coalesce((
+-- The next batch of a sink (docs/adr/0026): its checkpoint (or :after, a batch read
+-- ahead) and the last position of the :batch events after it (the start when there are
+-- none); no row when it is gone, not a sink, or parked.
+SELECT f.low, coalesce((
     SELECT max(position) FROM (
         SELECT position FROM {ns}__events
-        WHERE position > s.checkpoint ORDER BY position LIMIT :batch)), s.checkpoint),
-    s.events
-FROM {ns}__subscriptions AS s
-WHERE s.queue = :name AND s.sink IS NOT NULL AND s.parked IS NULL
+        WHERE position > f.low ORDER BY position LIMIT :batch)), f.low),
+    f.events
+FROM (SELECT coalesce(:after, s.checkpoint) AS low, s.events
+      FROM {ns}__subscriptions AS s
+      WHERE s.queue = :name AND s.sink IS NOT NULL AND s.parked IS NULL) AS f
 
 -- name: sink_events
 -- The events of (:low, :high] whose type matches the sink's patterns, in log order.
