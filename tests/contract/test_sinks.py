@@ -10,6 +10,7 @@ no jobs and is no queue.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -167,3 +168,25 @@ def test_a_refused_message_parks_the_subscription(store: alkstore.Store, dest: T
     _drain(r, store, "feed")
     assert _ids(dest.received()) == [e.position for e in store.log.read(0, 100)]
     r.sinks.close()
+
+
+def test_a_stale_relay_publishes_nothing(store: alkstore.Store) -> None:
+    """Fencing as for queue subscriptions: a relay whose lease was taken over reads no
+    batch and moves no checkpoint (NotLeader), so it publishes nothing."""
+    with target("redis") as dest:
+        store.subscribe_sink("feed", dest.url, ["test.*"], **dest.options)
+        _append(store, 4)
+        stale = relay.Relay(store, lease_ttl=0.2)
+        assert stale.step() is False and stale.is_leader
+        assert [g.position for g in dest.received()] == [1, 2, 3, 4]
+        time.sleep(0.3)  # its lease runs out (paused, cut off)
+        live = relay.Relay(store, lease_ttl=5)
+        assert live.lease.acquire()  # another relay took over
+        _append(store, 4, start=4)
+        with pytest.raises(alkstore.NotLeader):
+            stale.sinks.step()  # it still believes it leads
+        assert len(dest.received()) == 4 and store.sink_subscriptions()[0].checkpoint == 4
+        _drain(live, store, "feed")
+        assert [g.position for g in dest.received()] == list(range(1, 9))
+        stale.sinks.close()
+        live.sinks.close()
