@@ -9,17 +9,18 @@ Run it from the repository root with the local brokers up (about 2 minutes):
 
 On each engine and broker, in one run:
 
-1. throughput: `--events` events (bench.order_placed, 200-byte payloads, 16 keys) are
-   appended up front. The relay: a sink subscription from the beginning into a fresh
-   destination, and `relay.sinks.SinkLoop.step()` (batch `--batch`, its lease held) in a
-   loop until the checkpoint is the head: events/s = events / time, connection included.
+1. throughput: `--events` events (bench.order_placed, 16-60 byte payloads) are appended
+   up front. The relay: a sink subscription from the beginning into a fresh
+   destination, fed by `relay.sinks.SinkLoop.step()` (batch `--batch`, its lease held).
    The plain client: the same messages (envelope, headers, body, built untimed from the
-   log) published by the broker's client with the same confirmation in batches of
-   `--batch`: Redis, a non-transactional pipeline of XADD with the same entry ids;
-   NATS, `publish_async` with Nats-Msg-Id, then every acknowledgement; RabbitMQ,
-   aio-pika publishes with publisher confirms, mandatory, gathered. Each repetition runs
-   both, in alternating order, each into a fresh destination. Target: relay / plain
-   >= 0.8 (median of the repetitions).
+   log) published by the broker's own client with the same confirmation, in batches of
+   `--batch`, into a destination of its own: Redis, a non-transactional pipeline of
+   XADD with the same entry ids; NATS, `publish_async` with Nats-Msg-Id, then every
+   acknowledgement; RabbitMQ, aio-pika publishes with publisher confirms, mandatory,
+   gathered. The two alternate in slices: one relay step (up to 8 batches), then the
+   plain client publishing exactly what that step published; the first slice (both
+   connect) is not counted. events/s = events / summed time per side; each repetition
+   uses fresh destinations. Target: relay / plain >= 0.8 (median of the repetitions).
 2. latency: a relay runs as its own process (`python -m relay.cli relay`, as in
    production); `--samples` events `--interval` s apart, each appended in its own
    transaction. The time starts when the commit returned and ends when a consumer of the
@@ -40,7 +41,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -122,106 +122,142 @@ class Destination:
 # -- the plain clients ---------------------------------------------------------------------
 
 
-async def plain_redis(dest: Destination, messages: list[Message], batch: int) -> None:
-    r = aioredis.Redis.from_url(REDIS)
-    for i in range(0, len(messages), batch):
-        pipe = r.pipeline(transaction=False)
-        for m in messages[i : i + batch]:
-            fields: dict[Any, Any] = {k: v for k, v in m.headers.items() if k.startswith("alk-")}
-            fields["alk-headers"] = b"{}"
-            fields["payload"] = m.body
-            pipe.xadd(dest.name, fields, id=f"{m.position}-0")
-        await pipe.execute()
-    await r.aclose()
+class Plain:
+    """The broker's own client publishing the same messages, with the same confirmation,
+    `batch` at a time, on a connection opened once (as the relay's is)."""
 
+    def __init__(self, dest: Destination, batch: int) -> None:
+        self.dest = dest
+        self.batch = batch
+        self.loop = asyncio.new_event_loop()
+        self.loop.run_until_complete(self._connect())
 
-async def plain_nats(dest: Destination, messages: list[Message], batch: int) -> None:
-    nc = await nats.connect(NATS)
-    js = nc.jetstream(publish_async_max_pending=100_000)
-    for i in range(0, len(messages), batch):
-        acks = []
-        for m in messages[i : i + batch]:
-            headers = {**m.headers, "Nats-Msg-Id": m.id}
-            subject = f"{dest.subject}.{m.type}"
-            acks.append(await js.publish_async(subject, m.body, headers=headers, stream=dest.name))
-        await asyncio.gather(*acks)
-    await nc.close()
+    async def _connect(self) -> None:
+        if self.dest.kind == "redis":
+            self.redis = aioredis.Redis.from_url(REDIS)
+            await self.redis.ping()
+        elif self.dest.kind == "nats":
+            self.nc = await nats.connect(NATS)
+            self.js = self.nc.jetstream(publish_async_max_pending=100_000)
+        else:
+            self.conn = await aio_pika.connect(AMQP)
+            channel = await self.conn.channel(publisher_confirms=True, on_return_raises=True)
+            self.exchange = channel.default_exchange
 
+    def publish(self, messages: list[Message]) -> None:
+        for i in range(0, len(messages), self.batch):
+            self.loop.run_until_complete(self._publish(messages[i : i + self.batch]))
 
-async def plain_rabbitmq(dest: Destination, messages: list[Message], batch: int) -> None:
-    conn = await aio_pika.connect(AMQP)
-    channel = await conn.channel(publisher_confirms=True, on_return_raises=True)
-    exchange = channel.default_exchange
-    for i in range(0, len(messages), batch):
-        await asyncio.gather(
-            *(
-                exchange.publish(
-                    aio_pika.Message(
-                        m.body,
-                        headers=dict(m.headers),
-                        message_id=m.id,
-                        type=m.type,
-                        content_type="application/json",
-                        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-                    ),
-                    routing_key=dest.name,
-                    mandatory=True,
+    async def _publish(self, chunk: list[Message]) -> None:
+        dest = self.dest
+        if dest.kind == "redis":
+            pipe = self.redis.pipeline(transaction=False)
+            for m in chunk:
+                fields: dict[Any, Any] = {
+                    k: v for k, v in m.headers.items() if k.startswith("alk-")
+                }
+                fields["alk-headers"] = b"{}"
+                fields["payload"] = m.body
+                pipe.xadd(dest.name, fields, id=f"{m.position}-0")
+            await pipe.execute()
+        elif dest.kind == "nats":
+            acks = []
+            for m in chunk:
+                headers = {**m.headers, "Nats-Msg-Id": m.id}
+                subject = f"{dest.subject}.{m.type}"
+                acks.append(
+                    await self.js.publish_async(subject, m.body, headers=headers, stream=dest.name)
                 )
-                for m in messages[i : i + batch]
+            await asyncio.gather(*acks)
+        else:
+            await asyncio.gather(
+                *(
+                    self.exchange.publish(
+                        aio_pika.Message(
+                            m.body,
+                            headers=dict(m.headers),
+                            message_id=m.id,
+                            type=m.type,
+                            content_type="application/json",
+                            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                        ),
+                        routing_key=dest.name,
+                        mandatory=True,
+                    )
+                    for m in chunk
+                )
             )
-        )
-    await conn.close()
 
+    def close(self) -> None:
+        async def close() -> None:
+            if self.dest.kind == "redis":
+                await self.redis.aclose()
+            elif self.dest.kind == "nats":
+                await self.nc.close()
+            else:
+                await self.conn.close()
 
-PLAIN: dict[str, Callable[[Destination, list[Message], int], Coroutine[Any, Any, None]]] = {
-    "redis": plain_redis,
-    "nats": plain_nats,
-    "rabbitmq": plain_rabbitmq,
-}
+        self.loop.run_until_complete(close())
+        self.loop.close()
 
 
 # -- 1. throughput -----------------------------------------------------------------------
 
 
-def relay_run(store: alkstore.Store, dest: Destination, batch: int, events: int) -> float:
-    store.subscribe_sink("bench", dest.url, PATTERNS, start="beginning", **dest.options)
-    lease = store.lease("relay", ttl=60)
-    assert lease.acquire()
-    loop = SinkLoop(store, lease, batch=batch)
-    head = store.log.head()
-    started = time.perf_counter()
-    while store.sink_subscriptions()[0].checkpoint < head:
-        loop.step()
-        assert loop.retries == 0, "a publish failed"
-    elapsed = time.perf_counter() - started
-    loop.close()
-    lease.release()
-    store.unsubscribe("bench")
-    return events / elapsed
-
-
-def plain_run(dest: Destination, messages: list[Message], batch: int) -> float:
-    started = time.perf_counter()
-    asyncio.run(PLAIN[dest.kind](dest, messages, batch))
-    return len(messages) / (time.perf_counter() - started)
+def paired_rep(
+    store: alkstore.Store, kind: str, messages: dict[int, Message], batch: int
+) -> tuple[float, float]:
+    """One repetition: (relay events/s, plain events/s), in alternating slices. A slice
+    is one `SinkLoop.step()` (up to 8 batches read ahead), then the plain client
+    publishing exactly the messages that step published into a destination of its own.
+    The first slice (both connect) is not counted."""
+    ours, theirs = Destination(kind), Destination(kind)
+    asyncio.run(ours.create())
+    asyncio.run(theirs.create())
+    try:
+        store.subscribe_sink("bench", ours.url, PATTERNS, start="beginning", **ours.options)
+        lease = store.lease("relay", ttl=60)
+        assert lease.acquire()
+        loop = SinkLoop(store, lease, batch=batch)
+        plain = Plain(theirs, batch)
+        head, done, counted = store.log.head(), 0, 0
+        relay_time = plain_time = 0.0
+        first = True
+        while done < head:
+            started = time.perf_counter()
+            loop.step()
+            relayed = time.perf_counter() - started
+            assert loop.retries == 0, "a publish failed"
+            reached = store.sink_subscriptions()[0].checkpoint
+            chunk = [messages[p] for p in range(done + 1, reached + 1) if p in messages]
+            started = time.perf_counter()
+            plain.publish(chunk)
+            published = time.perf_counter() - started
+            if not first:
+                relay_time += relayed
+                plain_time += published
+                counted += len(chunk)
+            first, done = False, reached
+        loop.close()
+        plain.close()
+        lease.release()
+        store.unsubscribe("bench")
+        for dest in (ours, theirs):
+            got = asyncio.run(dest.count())
+            assert got == len(messages), f"{kind}: {got} of {len(messages)} arrived"
+        return counted / relay_time, counted / plain_time
+    finally:
+        asyncio.run(ours.delete())
+        asyncio.run(theirs.delete())
 
 
 def throughput(store: alkstore.Store, kind: str, args: argparse.Namespace) -> dict[str, Any]:
-    messages = [envelope(store.namespace, e_) for e_ in _events(store)]
+    messages = {e.position: envelope(store.namespace, e) for e in _events(store)}
     relay_rates, plain_rates = [], []
-    for rep in range(args.reps):
-        for which in ("relay", "plain") if rep % 2 == 0 else ("plain", "relay"):
-            dest = Destination(kind)
-            asyncio.run(dest.create())
-            try:
-                if which == "relay":
-                    relay_rates.append(relay_run(store, dest, args.batch, len(messages)))
-                else:
-                    plain_rates.append(plain_run(dest, messages, args.batch))
-                got = asyncio.run(dest.count())
-                assert got == len(messages), f"{kind} {which}: {got} of {len(messages)} arrived"
-            finally:
-                asyncio.run(dest.delete())
+    for _ in range(args.reps):
+        ours, theirs = paired_rep(store, kind, messages, args.batch)
+        relay_rates.append(ours)
+        plain_rates.append(theirs)
     ratios = [r / p for r, p in zip(relay_rates, plain_rates, strict=True)]
     return {
         "relay_events_per_s": statistics.median(relay_rates),
