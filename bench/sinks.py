@@ -245,6 +245,8 @@ def paired_rep(
         for dest in (ours, theirs):
             got = asyncio.run(dest.count())
             assert got == len(messages), f"{kind}: {got} of {len(messages)} arrived"
+        if not counted:
+            raise SystemExit("--events must exceed 8 x --batch: the first slice is not counted")
         return counted / relay_time, counted / plain_time
     finally:
         asyncio.run(ours.delete())

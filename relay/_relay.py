@@ -119,14 +119,13 @@ class Relay:
             return False
         self.relayed_events += covered
         self.created_jobs += jobs
-        if self._feed_sinks:
+        sinks_busy = False
+        if self._feed_sinks:  # broker sink subscriptions (docs/adr/0026)
             try:
-                busy = self.sinks.step()
+                sinks_busy = self.sinks.step()
             except alkstore.NotLeader:
                 log.warning("relay lost the lease to another process; standing by")
                 return False
-            if busy:
-                return True
         if covered:
             log.debug(
                 "relayed %d events into %d jobs",
@@ -134,7 +133,7 @@ class Relay:
                 jobs,
                 extra={"alkstore": {"events": covered, "jobs": jobs}},
             )
-        return covered >= self.batch
+        return covered >= self.batch or sinks_busy
 
     def _fire_schedules(self) -> float:
         """The embedded scheduler, fenced by the relay's lease; returns the wait until the

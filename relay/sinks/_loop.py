@@ -27,6 +27,7 @@ import alkstore
 from relay.sinks import _base
 
 log = logging.getLogger("alkstore.relay.sinks")
+LOOK_EVERY = 1.0  # seconds between looks for sink subscriptions while there are none
 READ_AHEAD = 8  # batches of one subscription per step, each read while the last publishes
 T = TypeVar("T")
 _CLIENTS = {  # scheme -> (module, class, extra)
@@ -76,6 +77,8 @@ class SinkLoop:
         self._open: dict[str, tuple[str, dict[str, Any], _base.Sink]] = {}
         self._failures: dict[str, int] = {}
         self._retry_at: dict[str, float] = {}
+        self._known: list[alkstore.SinkSubscription] = []
+        self._next_look = 0.0
         self.published = 0  # messages the brokers confirmed
         self.duplicates = 0  # of those, dropped by the broker as already there
         self.retries = 0  # batches that failed and wait for a retry
@@ -83,7 +86,7 @@ class SinkLoop:
     def step(self) -> bool:
         """One batch per running sink subscription; True if one may have more to do.
         NotLeader (from the fenced reads and writes) propagates."""
-        subs = self.feed.subscriptions()
+        subs = self._subscriptions()
         running = {s.name: s for s in subs if s.parked is None}
         for name, (url, options, _) in list(self._open.items()):
             sub = running.get(name)
@@ -95,6 +98,16 @@ class SinkLoop:
             if now >= self._retry_at.get(sub.name, 0.0):
                 busy = self._step(sub) or busy
         return busy
+
+    def _subscriptions(self) -> list[alkstore.SinkSubscription]:
+        """The sink subscriptions, read every step while there are any; a relay without
+        any looks once a second (a new one starts within a second; the queue relay's
+        batches pay no query for sinks they do not have)."""
+        now = time.monotonic()
+        if self._known or now >= self._next_look:
+            self._known = self.feed.subscriptions()
+            self._next_look = now + LOOK_EVERY
+        return self._known
 
     def _step(self, sub: alkstore.SinkSubscription) -> bool:
         """Up to READ_AHEAD batches of one subscription: the next batch is read (and its

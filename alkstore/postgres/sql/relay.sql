@@ -192,7 +192,9 @@ RETURNING checkpoint, gap_first, gap_last
 -- name: sink_bounds
 -- The next batch of a sink (docs/adr/0026): its checkpoint (or %(after)s, a batch read
 -- ahead) and the last position of the %(batch)s events after it (the start when there
--- are none); no row when it is gone, not a sink, or parked. JIT off for the transaction, as relay_bounds (ADR 0011).
+-- are none); no row when it is gone, not a sink, or parked. JIT off for the
+-- transaction, as relay_bounds (ADR 0011), and its commit (the lease renewal's) does
+-- not wait for the WAL flush: a renewal lost in a crash only shortens the lease.
 SELECT f.low, coalesce((
     SELECT max(position) FROM (
         SELECT position FROM {ns}.events
@@ -200,7 +202,9 @@ SELECT f.low, coalesce((
     f.patterns
 FROM (SELECT coalesce(%(after)s::bigint, s.checkpoint) AS low,
              array_to_json(s.patterns)::text AS patterns
-      FROM {ns}.subscriptions AS s, (SELECT set_config('jit', 'off', true)) AS no_jit
+      FROM {ns}.subscriptions AS s,
+           (SELECT set_config('jit', 'off', true),
+                   set_config('synchronous_commit', 'off', true)) AS settings
       WHERE s.queue = %(name)s AND s.sink IS NOT NULL AND s.parked IS NULL) AS f
 
 -- name: sink_events
@@ -213,8 +217,12 @@ WHERE e.position > %(low)s AND e.position <= %(high)s
 ORDER BY e.position
 
 -- name: sink_advance
--- Only from the checkpoint the batch was read at: a replay meanwhile wins.
+-- Only from the checkpoint the batch was read at: a replay meanwhile wins. Committed
+-- without waiting for the WAL flush (SET LOCAL synchronous_commit = off): a crash may
+-- lose the move, and the batch is published again (at-least-once, ids unchanged); it
+-- never moves the checkpoint past what the broker confirmed (docs/adr/0026).
 UPDATE {ns}.subscriptions SET checkpoint = %(high)s, updated_at = {now}
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS settings
 WHERE queue = %(name)s AND checkpoint = %(low)s AND sink IS NOT NULL
 RETURNING queue
 
