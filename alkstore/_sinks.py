@@ -183,7 +183,8 @@ def batch(
     positions (fenced: NotLeader if `lease` was taken over). No events and low == high:
     nothing to do, or the subscription is gone or parked."""
     engine = rt.engine
-    engine.sequence()
+    if after is None:  # a batch read ahead reads what the read before it numbered
+        engine.sequence()
     decode_headers = _events.codec.decode_headers
     with engine.transaction() as conn:
         if lease is not None and not lease.renew(conn):
