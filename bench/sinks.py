@@ -311,7 +311,7 @@ class Consumer:
             async def on(msg: Any) -> None:
                 self._got(msg.data)
 
-            await js.subscribe(self.dest.subject + ".>", cb=on, ordered_consumer=True)
+            self.sub = await js.subscribe(self.dest.subject + ".>", cb=on, ordered_consumer=True)
         else:
             self.conn = await aio_pika.connect(AMQP)
             queue = await (await self.conn.channel()).get_queue(self.dest.name)
@@ -344,6 +344,7 @@ class Consumer:
             if self.dest.kind == "redis":
                 self.task.cancel()
             elif self.dest.kind == "nats":
+                await self.sub.unsubscribe()
                 await self.nc.close()
             else:
                 await self.conn.close()
