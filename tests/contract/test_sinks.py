@@ -21,7 +21,9 @@ import alkstore
 import relay
 from relay.sinks import _base
 from tests import brokers
+from tests.contract.test_metrics import serving, until
 from tests.events import Basket, OrderPlaced
+from tests.metrics_support import value
 from tests.sink_targets import Target, target
 
 KINDS = ["redis", "nats", "rabbitmq"]
@@ -190,3 +192,36 @@ def test_a_stale_relay_publishes_nothing(store: alkstore.Store) -> None:
         assert [g.position for g in dest.received()] == list(range(1, 9))
         stale.sinks.close()
         live.sinks.close()
+
+
+def test_sink_metrics_count_published_messages_and_show_a_parked_sink(
+    store: alkstore.Store,
+) -> None:
+    ns = store.namespace
+    with target("redis") as dest, serving([store]) as server:
+        store.subscribe_sink("feed", dest.url, ["test.*"], **dest.options)
+        _append(store, 8)
+        dest.refuse()
+        r = relay.Relay(store, lease_ttl=5)
+        r.step()
+        parked = until(
+            server,
+            lambda s: value(s, "alkstore_sink_parked", namespace=ns, queue="feed") == 1,
+            "the parked sink sampled",
+        )
+        assert value(parked, "alkstore_relay_lag_events", namespace=ns, queue="feed") == 8
+        ready = value(parked, "alkstore_queue_jobs", namespace=ns, queue="feed", state="ready")
+        assert ready is None, "a sink is no queue"
+        dest.accept()
+        store.resume_sink("feed")
+        _drain(r, store, "feed")
+        after = until(
+            server,
+            lambda s: value(s, "alkstore_sink_parked", namespace=ns, queue="feed") == 0,
+            "the resumed sink sampled",
+        )
+        assert value(after, "alkstore_sink_messages_published_total", namespace=ns) == 8
+        assert value(after, "alkstore_sink_duplicates_dropped_total", namespace=ns) == 0
+        assert value(after, "alkstore_sink_publish_failures_total", namespace=ns) == 0
+        r.sinks.close()
+        r.lease.release()
