@@ -5,11 +5,10 @@
   after dedupe on the message id, each broker holds exactly the committed events, each
   key's events in commit order; raw duplicates (republished after a kill) are counted
   and printed (Redis and JetStream drop them themselves).
-- A broker of the test's own (redis-server, nats-server on a free port) stops in the
-  middle of a run: the relay keeps the log, shows the lag, retries, and delivers every
-  event once after the broker is back. RabbitMQ is the machine's shared service (other
-  sessions use it): it is not restarted here; a lost connection is the same code path
-  (the contract tests inject one).
+- A broker of the test's own (redis-server, nats-server, a RabbitMQ node, each on a free
+  port: the machine's services are shared and never stopped) stops in the middle of a
+  run: the relay keeps the log, shows the lag, retries, and delivers every event once
+  after the broker is back (same port, same data directory).
 """
 
 from __future__ import annotations
@@ -111,7 +110,7 @@ def test_relay_killed_ten_times_every_committed_event_reaches_every_broker_in_ke
     print(f"{KILLS} kills, {len(committed)} events committed: " + ", ".join(report))
 
 
-@pytest.mark.parametrize("kind", ["redis", "nats"])
+@pytest.mark.parametrize("kind", ["redis", "nats", "rabbitmq"])
 def test_a_broker_restart_in_the_middle_loses_nothing(kind: str, tmp_path: Path) -> None:
     store = alkstore.connect(f"sqlite:///{tmp_path / 'log.db'}", namespace="restart")
     store.migrate()
