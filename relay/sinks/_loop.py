@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import random
 import threading
 import time
 from collections.abc import Coroutine
@@ -78,6 +79,7 @@ class SinkLoop:
         self._failures: dict[str, int] = {}
         self._retry_at: dict[str, float] = {}
         self._known: list[alkstore.SinkSubscription] = []
+        self._turn = random.randrange(1_000)  # relays restarted in a row start elsewhere
         self._next_look = 0.0
         self.published = 0  # messages the brokers confirmed
         self.duplicates = 0  # of those, dropped by the broker as already there
@@ -94,7 +96,9 @@ class SinkLoop:
                 self._close(name)
         busy = False
         now = time.monotonic()
-        for sub in running.values():
+        order = list(running.values())
+        self._turn = (self._turn + 1) % max(len(order), 1)  # each goes first in turn
+        for sub in order[self._turn :] + order[: self._turn]:
             if now >= self._retry_at.get(sub.name, 0.0):
                 busy = self._step(sub) or busy
         return busy

@@ -79,7 +79,7 @@ def test_relay_killed_ten_times_every_committed_event_reaches_every_broker_in_ke
                     while not proc.was_active():
                         assert proc.alive() and time.monotonic() < deadline, proc.describe()
                         time.sleep(0.01)
-                    time.sleep(rng.uniform(0, 0.8))
+                    time.sleep(rng.uniform(0.1, 1.0))
                     proc.kill()
                     assert proc.proc.returncode == -signal.SIGKILL
             finally:
