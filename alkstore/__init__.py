@@ -40,6 +40,7 @@ from alkstore._ops import QueueInfo
 from alkstore._queue import Queue, QueueConfig
 from alkstore._routing import Lease, NotLeader, Replay, Subscription
 from alkstore._schedules import Schedule, Schedules
+from alkstore._sinks import SinkBatch, SinkEvent, SinkSubscription
 from alkstore._status import Holdup, Lag, Status
 from alkstore._store import Log, Store, Transaction, connect
 from alkstore._wake import Listener
@@ -98,6 +99,9 @@ __all__ = [
     "Schedule",
     "Schedules",
     "SchemaTooNew",
+    "SinkBatch",
+    "SinkEvent",
+    "SinkSubscription",
     "Status",
     "StorageError",
     "Store",

@@ -103,6 +103,8 @@ def subscribe(
         "gap_last": None if gap is None else gap[1],
     }
     rows = rt.engine.run("subscribe", params)
+    if not rows:  # the name is a sink subscription's (docs/adr/0026)
+        raise _errors.InvalidArgument(f"{queue!r} is a sink subscription, not a queue's")
     rt.engine.committed()  # wake the relay: a new subscription may have work
     stored = _gap(rows[0][1], rows[0][2])
     if stored is not None and stored == gap:  # recorded now: a new subscription
@@ -147,9 +149,13 @@ def unsubscribe(rt: _queue.Runtime, queue: str) -> bool:
 
 
 def subscriptions(rt: _queue.Runtime) -> list[Subscription]:
+    """The queue subscriptions (sinks: `_sinks.sink_subscriptions`)."""
     return [
         Subscription(queue, _patterns.decode(events), int(checkpoint), _gap(first, last))
-        for queue, events, checkpoint, _, first, last in rt.engine.run("subscriptions", {})
+        for queue, events, checkpoint, _, first, last, sink, *_ in rt.engine.run(
+            "subscriptions", {}
+        )
+        if sink is None
     ]
 
 

@@ -29,6 +29,8 @@ class Lag(msgspec.Struct, frozen=True):
     seconds: float | None  # age of the oldest event not yet relayed (None: caught up)
     gap: _routing.Gap | None = None  # positions it asked for that retention had pruned
     # (never had; docs/adr/0020)
+    sink: str | None = None  # a broker sink's URL (None: a queue subscription; ADR 0026)
+    parked: str | None = None  # why the relay stopped feeding the sink (None: it runs)
 
 
 class Holdup(msgspec.Struct, frozen=True):
@@ -121,12 +123,12 @@ def status(rt: _queue.Runtime, *, queues: bool = True) -> Status:
     head = engine.head()
     now = rt.now_ms()
     lags = []
-    for queue, checkpoint, behind, oldest in engine.run("lag", {}):
+    for queue, checkpoint, behind, oldest, sink, parked in engine.run("lag", {}):
         age = None
         if oldest is not None:
             oldest_ms = oldest if isinstance(oldest, int) else int(oldest.timestamp() * 1000)
             age = max(0.0, (now - oldest_ms) / 1000)
-        lags.append(Lag(queue, int(checkpoint), int(behind), age))
+        lags.append(Lag(queue, int(checkpoint), int(behind), age, sink=sink, parked=parked))
     gaps = {sub.queue: sub.gap for sub in _routing.subscriptions(rt) if sub.gap is not None}
     if gaps:
         lags = [msgspec.structs.replace(lag, gap=gaps.get(lag.queue)) for lag in lags]

@@ -23,6 +23,7 @@ from alkstore import (
     _queue,
     _routing,
     _schedules,
+    _sinks,
     _status,
     _tracing,
     _wake,
@@ -262,6 +263,32 @@ class Store:
         Queue options (max_attempts, backoff, visibility, dead_retention) are stored.
         """
         return _routing.subscribe(self._runtime, queue, events, start, **queue_options)
+
+    def subscribe_sink(
+        self,
+        name: str,
+        sink: str,
+        events: Iterable[str],
+        *,
+        start: Literal["now", "beginning"] | int = "now",
+        **options: Any,
+    ) -> _sinks.SinkSubscription:
+        """Publish events whose type matches a pattern to a broker: `sink` is its URL
+        (nats://, redis://, amqp://), `options` the destination (`subject="orders.{type}"`,
+        `stream=`, `exchange=`, `routing_key=`) and the sink's settings; `start` as for
+        `subscribe`. The relay publishes them (docs/adr/0026); `unsubscribe(name)` ends it."""
+        return _sinks.subscribe_sink(self._runtime, name, sink, events, start, **options)
+
+    def sink_subscriptions(self) -> list[_sinks.SinkSubscription]:
+        return _sinks.sink_subscriptions(self._runtime)
+
+    def resume_sink(self, name: str) -> bool:
+        """Feed a parked sink subscription again, from its checkpoint."""
+        return _sinks.resume(self._runtime, name)
+
+    def sink_feed(self) -> _sinks.Feed:
+        """The relay's fenced reads and checkpoint moves for sinks (`relay.sinks`)."""
+        return _sinks.Feed(self._runtime)
 
     def unsubscribe(self, queue: str) -> bool:
         return _routing.unsubscribe(self._runtime, queue)

@@ -14,6 +14,7 @@ import time
 import alkstore
 from relay import _checks
 from relay.metrics import _sources
+from relay.sinks import SinkLoop
 
 log = logging.getLogger("alkstore.relay")
 
@@ -32,6 +33,8 @@ class Relay:
         dead_retention: float | None = _checks.DEFAULT_RETENTION.dead_letters,
         maintenance_every: float = 5.0,
         schedules: bool = True,
+        sinks: bool = True,
+        sink_batch: int = 1_000,
     ) -> None:
         self.store = store
         self.batch = _checks.count("batch", batch)
@@ -50,6 +53,9 @@ class Relay:
         self._stop = threading.Event()
         self._next_maintenance = 0.0
         self.schedules = schedules
+        # broker sink subscriptions, fed under the same lease (docs/adr/0026)
+        self.sinks = SinkLoop(store, self.lease, batch=_checks.count("sink_batch", sink_batch))
+        self._feed_sinks = sinks
         _sources.add_relay(self)
 
     @property
@@ -94,6 +100,7 @@ class Relay:
                 if not busy:
                     listener.wait(wait)
         finally:
+            self.sinks.close()
             if self.is_leader:
                 try:
                     self.lease.release()
@@ -112,6 +119,13 @@ class Relay:
             return False
         self.relayed_events += covered
         self.created_jobs += jobs
+        sinks_busy = False
+        if self._feed_sinks:  # broker sink subscriptions (docs/adr/0026)
+            try:
+                sinks_busy = self.sinks.step()
+            except alkstore.NotLeader:
+                log.warning("relay lost the lease to another process; standing by")
+                return False
         if covered:
             log.debug(
                 "relayed %d events into %d jobs",
@@ -119,7 +133,7 @@ class Relay:
                 jobs,
                 extra={"alkstore": {"events": covered, "jobs": jobs}},
             )
-        return covered >= self.batch
+        return covered >= self.batch or sinks_busy
 
     def _fire_schedules(self) -> float:
         """The embedded scheduler, fenced by the relay's lease; returns the wait until the

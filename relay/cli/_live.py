@@ -61,9 +61,11 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         "workers", parents=[common, as_json], help="worker processes: live, and dead (1 h)"
     )
     subs = commands.add_parser(
-        "subscriptions", parents=[common, as_json], help="list, add or remove subscriptions"
+        "subscriptions",
+        parents=[common, as_json],
+        help="list, add or remove subscriptions; resume a parked broker sink",
     )
-    subs.add_argument("action", choices=["list", "add", "remove"])
+    subs.add_argument("action", choices=["list", "add", "remove", "resume"])
     subs.add_argument("queue", nargs="?", help="add, remove: the subscribed queue")
     subs.add_argument("events", nargs="*", help='add: event type patterns, e.g. "order.*"')
     subs.add_argument(
@@ -124,6 +126,13 @@ def status(store: alkstore.Store, args: argparse.Namespace) -> int:
     say("subscriptions:" if state.subscriptions else "subscriptions: none")
     for lag in state.subscriptions:
         age = "caught up" if lag.seconds is None else f"{lag.seconds:.1f}s behind"
+        if lag.sink is not None:  # a broker sink (docs/adr/0026)
+            parked = "" if lag.parked is None else f"; PARKED: {lag.parked}"
+            say(
+                f"  {lag.queue} -> {lag.sink}: checkpoint {lag.checkpoint}, "
+                f"{lag.events} events / {age}{parked}"
+            )
+            continue
         q = queues[lag.queue]
         oldest = "" if q.oldest_ready_age is None else f", oldest {q.oldest_ready_age:.1f}s"
         say(
@@ -235,12 +244,19 @@ def subscriptions(store: alkstore.Store, args: argparse.Namespace) -> int:
         if args.queue or args.events:
             raise UsageError("subscriptions list takes no QUEUE or patterns")
         found = store.subscriptions()
+        sinks = store.sink_subscriptions()  # broker sinks (docs/adr/0026)
         if args.json:
-            _print_json(found)
-        elif not found:
+            _print_json(found + sinks if sinks else found)
+        elif not found and not sinks:
             print("subscriptions: none")
         for sub in [] if args.json else found:
             print(f"{sub.queue}\t{','.join(sub.events)}\tcheckpoint {sub.checkpoint}")
+        for sink in [] if args.json else sinks:
+            parked = "" if sink.parked is None else f"\tPARKED: {sink.parked}"
+            print(
+                f"{sink.name}\t{','.join(sink.events)}\tcheckpoint {sink.checkpoint}"
+                f"\t-> {sink.sink}{parked}"
+            )
     elif action == "add":
         if not args.events:
             raise UsageError('subscriptions add needs event patterns, e.g. "order.*"')
@@ -260,6 +276,12 @@ def subscriptions(store: alkstore.Store, args: argparse.Namespace) -> int:
             print(f"updated {queue}: {','.join(sub.events)} (checkpoint kept at {sub.checkpoint})")
         else:
             print(f"subscribed {queue} to {','.join(sub.events)} after position {sub.checkpoint}")
+    elif action == "resume":
+        if args.events:
+            raise UsageError("subscriptions resume takes one NAME")
+        if not store.resume_sink(queue):
+            raise alkstore.InvalidArgument(f"no broker sink subscription {queue!r}")
+        print(f"resumed {queue}: the relay publishes from its checkpoint on")
     else:
         if args.events:
             raise UsageError("subscriptions remove takes one QUEUE")

@@ -149,6 +149,9 @@ def build() -> Parser:
     events.add_argument("--from", dest="from_position", type=int, help="replay: first position")
     run = commands.add_parser("relay", parents=[common, running], help="fan events out into queues")
     run.add_argument("--batch", type=count(1), default=5_000, help="events per transaction")
+    run.add_argument(
+        "--sink-batch", type=count(1), default=1_000, help="messages per broker sink batch"
+    )
     run.add_argument("--lease-ttl", type=seconds, default=3.0, help="failover bound, seconds")
     sched = commands.add_parser(
         "scheduler", parents=[common, running], help="fire schedules (standalone)"

@@ -75,7 +75,7 @@ def on_signals(stop: Callable[[], None]) -> None:
 
 def relay(store: alkstore.Store, args: argparse.Namespace) -> int:
     logs(args.verbose)
-    process = Relay(store, batch=args.batch, lease_ttl=args.lease_ttl)
+    process = Relay(store, batch=args.batch, lease_ttl=args.lease_ttl, sink_batch=args.sink_batch)
     for name, value in _live.retention_options(args).items():
         setattr(process, name, _checks.retention(name, value))
     on_signals(process.stop)

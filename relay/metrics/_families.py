@@ -130,24 +130,47 @@ class Families(Collector):
             "1 while this process holds the role's lease (relay, scheduler).",
             labels=["namespace", "role"],
         )
+        sent = CounterMetricFamily(
+            "alkstore_sink_messages_published",
+            "Messages a broker confirmed for sink subscriptions (docs/adr/0026).",
+            labels=NS,
+        )
+        dropped = CounterMetricFamily(
+            "alkstore_sink_duplicates_dropped",
+            "Of those, republished messages the broker dropped as duplicates.",
+            labels=NS,
+        )
+        retried = CounterMetricFamily(
+            "alkstore_sink_publish_failures",
+            "Sink batches not wholly confirmed and retried after a backoff.",
+            labels=NS,
+        )
         totals: defaultdict[str, list[int]] = defaultdict(lambda: [0, 0])
+        sinks: defaultdict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
         firings: Counter[str] = Counter()
         for relay in _sources.relays():
             ns = relay.store.namespace
             totals[ns][0] += relay.relayed_events
             totals[ns][1] += relay.created_jobs
+            sinks[ns][0] += relay.sinks.published
+            sinks[ns][1] += relay.sinks.duplicates
+            sinks[ns][2] += relay.sinks.retries
             firings[ns] += relay.fired  # its embedded scheduler
             leader.add_metric([ns, "relay"], 1 if relay.is_leader else 0)
         for ns, (events, jobs) in sorted(totals.items()):
             relayed.add_metric([ns], events)
             created.add_metric([ns], jobs)
+        for ns, (published, duplicates, failures) in sorted(sinks.items()):
+            sent.add_metric([ns], published)
+            dropped.add_metric([ns], duplicates)
+            retried.add_metric([ns], failures)
         for scheduler in _sources.schedulers():
             ns = scheduler.store.namespace
             firings[ns] += scheduler.fired
             leader.add_metric([ns, "scheduler"], 0 if scheduler.lease.token is None else 1)
         for ns, n in sorted(firings.items()):
             fired.add_metric([ns], n)
-        yield from (relayed, created, fired, leader)
+        yield from (relayed, created, fired, leader, sent, dropped, retried)
 
     def _produced(self) -> Iterator[Metric]:
         appended = CounterMetricFamily(
@@ -198,6 +221,11 @@ class Families(Collector):
             "Age of the oldest ready job (0: none ready).",
             labels=QUEUE,
         )
+        parked = GaugeMetricFamily(
+            "alkstore_sink_parked",
+            "1 while a sink subscription is parked by a permanent refusal (docs/adr/0026).",
+            labels=QUEUE,
+        )
         for sample in samples:
             ns, status = sample.namespace, sample.status
             head.add_metric([ns], status.head)
@@ -205,6 +233,8 @@ class Families(Collector):
             for sub in status.subscriptions:
                 lag.add_metric([ns, sub.queue], sub.events)
                 lag_seconds.add_metric([ns, sub.queue], sub.seconds or 0.0)
+                if sub.sink is not None:
+                    parked.add_metric([ns, sub.queue], 0 if sub.parked is None else 1)
             for queue, stats in sample.depths.items():
                 for state, n in (
                     ("ready", stats.ready),
@@ -214,4 +244,4 @@ class Families(Collector):
                 ):
                     depth.add_metric([ns, queue, state], n)
                 oldest.add_metric([ns, queue], stats.oldest_ready_age or 0.0)
-        yield from (head, unsequenced, lag, lag_seconds, depth, oldest)
+        yield from (head, unsequenced, lag, lag_seconds, depth, oldest, parked)

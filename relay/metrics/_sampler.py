@@ -116,7 +116,7 @@ class Sampler:
 
     def _sample(self, store: alkstore.Store) -> Sample:
         status = store.status()
-        names = {lag.queue for lag in status.subscriptions}
+        names = {lag.queue for lag in status.subscriptions if lag.sink is None}  # ADR 0026
         names.update(self._queues(store))
         depths = {name: store.queue(name).stats() for name in sorted(names)}
         return Sample(store.namespace, time.monotonic(), status, depths)

@@ -65,7 +65,7 @@ def test_status_json_counts_a_queue_fed_only_by_tx_enqueue(
     status = as_json(backend, "status")
     assert status["head"] == 1
     (lag,) = status["subscriptions"]
-    assert list(lag) == ["queue", "checkpoint", "events", "seconds", "gap"]
+    assert list(lag) == ["queue", "checkpoint", "events", "seconds", "gap", "sink", "parked"]
     assert (lag["queue"], lag["checkpoint"], lag["events"]) == ("orders", 0, 1)
     audit, orders = status["queues"]
     assert {k: audit[k] for k in ("name", "ready", "scheduled", "running", "dead")} == {

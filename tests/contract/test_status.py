@@ -162,7 +162,15 @@ def test_status_as_json_keeps_its_keys(sstore: alkstore.Store, clock: Clock) -> 
         "oldest_retained",
         "hidden_holdups",
     ]
-    assert list(decoded["subscriptions"][0]) == ["queue", "checkpoint", "events", "seconds", "gap"]
+    assert list(decoded["subscriptions"][0]) == [
+        "queue",
+        "checkpoint",
+        "events",
+        "seconds",
+        "gap",
+        "sink",  # ADR 0026: added keys, none renamed (ADR 0018)
+        "parked",
+    ]
     assert list(decoded["queues"][0]) == [
         "name",
         "ready",

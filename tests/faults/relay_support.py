@@ -74,12 +74,13 @@ class RelayProcess(CliProcess):
         lease_ttl: float,
         batch: int | None,
         env: dict[str, str] | None = None,
+        extra: list[str] | None = None,
     ) -> None:
         args = ["--db", backend.url, "--namespace", backend.namespace]
         args += ["--lease-ttl", str(lease_ttl)]
         if batch is not None:
             args += ["--batch", str(batch)]
-        super().__init__("relay", args, log_path, env)
+        super().__init__("relay", args + (extra or []), log_path, env)
 
     def was_active(self) -> bool:
         """The relay logged that it took the lease."""
@@ -95,10 +96,17 @@ class Fleet:
         self.lease_ttl = lease_ttl
         self.all: list[RelayProcess] = []
 
-    def start(self, batch: int | None = None, env: dict[str, str] | None = None) -> RelayProcess:
-        """Start one more relay (`env`: extra environment variables)."""
+    def start(
+        self,
+        batch: int | None = None,
+        env: dict[str, str] | None = None,
+        extra: list[str] | None = None,
+    ) -> RelayProcess:
+        """Start one more relay (`env`: extra environment variables; `extra`: arguments)."""
         path = self.log_dir / f"relay-{len(self.all):03d}.log"
-        relay = RelayProcess(self.backend, path, lease_ttl=self.lease_ttl, batch=batch, env=env)
+        relay = RelayProcess(
+            self.backend, path, lease_ttl=self.lease_ttl, batch=batch, env=env, extra=extra
+        )
         self.all.append(relay)
         return relay
 

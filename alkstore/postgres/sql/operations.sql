@@ -37,7 +37,7 @@ WITH j AS (
     SELECT queue, count(*) AS dead FROM {ns}.dead_letters GROUP BY queue
 ), names (name) AS (
     SELECT name FROM {ns}.queues
-    UNION SELECT queue FROM {ns}.subscriptions
+    UNION SELECT queue FROM {ns}.subscriptions WHERE sink IS NULL  -- not a sink (ADR 0026)
     UNION SELECT queue FROM j
     UNION SELECT queue FROM d
 )

@@ -10,6 +10,7 @@ VALUES (%(queue)s, %(events)s::jsonb,
         %(gap_first)s, %(gap_last)s)
 ON CONFLICT (queue) DO UPDATE SET
     events = excluded.events, patterns = excluded.patterns, updated_at = excluded.updated_at
+WHERE {ns}.subscriptions.sink IS NULL  -- a sink's name is not a queue's (docs/adr/0026)
 RETURNING checkpoint, gap_first, gap_last
 
 -- name: unsubscribe
@@ -18,7 +19,8 @@ DELETE FROM {ns}.subscriptions WHERE queue = %(queue)s RETURNING queue
 -- name: subscriptions
 -- Queue names in byte order, as on SQLite, whatever the database's collation (ADR 0006,
 -- addendum 2026-12-01).
-SELECT queue, events::text, checkpoint, updated_at, gap_first, gap_last
+SELECT queue, events::text, checkpoint, updated_at, gap_first, gap_last, sink,
+       sink_options::text, parked, parked_at
 FROM {ns}.subscriptions
 ORDER BY queue COLLATE "C"
 
@@ -45,8 +47,10 @@ SELECT count(*) FROM {ns}.events WHERE position > %(low)s AND position <= %(high
 -- It also turns JIT off until the batch's transaction ends (set_config(..., true) is
 -- SET LOCAL: never left behind on the pooled session). The batch's statements are
 -- small; compiling one cost 144 ms against 0.12 ms of execution (docs/adr/0011).
+-- Queue subscriptions only: the relay's sink loop feeds the others (docs/adr/0026).
 WITH subs AS (
-    SELECT queue, checkpoint FROM {ns}.subscriptions ORDER BY queue FOR UPDATE
+    SELECT queue, checkpoint FROM {ns}.subscriptions WHERE sink IS NULL
+    ORDER BY queue FOR UPDATE
 ), low AS (SELECT min(checkpoint) AS low FROM subs)
 SELECT low.low, coalesce((
     SELECT max(position) FROM (
@@ -86,7 +90,7 @@ WHERE checkpoint < %(high)s AND queue IN (SELECT jsonb_array_elements_text(%(que
 SELECT s.queue, s.checkpoint,
        CASE WHEN f.position IS NULL THEN 0
             ELSE greatest(h.head - greatest(s.checkpoint, f.position - 1), 0) END,
-       f.appended_at
+       f.appended_at, s.sink, s.parked
 FROM {ns}.subscriptions AS s
 CROSS JOIN {ns}.log_head AS h
 LEFT JOIN LATERAL (
@@ -169,3 +173,65 @@ WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s
 
 -- name: lock_holder
 SELECT holder, token, expires_at FROM {ns}.locks WHERE name = %(name)s
+
+-- name: subscribe_sink
+-- A broker sink (docs/adr/0026): like subscribe, with the sink's URL and options; an
+-- existing sink keeps its checkpoint (and stays parked if it was); a queue subscription
+-- of that name is not turned into one (no row: refused).
+INSERT INTO {ns}.subscriptions (queue, events, patterns, checkpoint, updated_at,
+                                gap_first, gap_last, sink, sink_options)
+VALUES (%(queue)s, %(events)s::jsonb,
+        ARRAY(SELECT jsonb_array_elements_text(%(patterns)s::jsonb)), %(checkpoint)s, {now},
+        %(gap_first)s, %(gap_last)s, %(sink)s, %(options)s::jsonb)
+ON CONFLICT (queue) DO UPDATE SET
+    events = excluded.events, patterns = excluded.patterns, updated_at = excluded.updated_at,
+    sink = excluded.sink, sink_options = excluded.sink_options
+WHERE {ns}.subscriptions.sink IS NOT NULL
+RETURNING checkpoint, gap_first, gap_last
+
+-- name: sink_bounds
+-- The next batch of a sink (docs/adr/0026): its checkpoint (or %(after)s, a batch read
+-- ahead) and the last position of the %(batch)s events after it (the start when there
+-- are none); no row when it is gone, not a sink, or parked. JIT off for the
+-- transaction, as relay_bounds (ADR 0011), and its commit (the lease renewal's) does
+-- not wait for the WAL flush: a renewal lost in a crash only shortens the lease.
+SELECT f.low, coalesce((
+    SELECT max(position) FROM (
+        SELECT position FROM {ns}.events
+        WHERE position > f.low ORDER BY position LIMIT %(batch)s) AS b), f.low),
+    f.patterns
+FROM (SELECT coalesce(%(after)s::bigint, s.checkpoint) AS low,
+             array_to_json(s.patterns)::text AS patterns
+      FROM {ns}.subscriptions AS s,
+           (SELECT set_config('jit', 'off', true),
+                   set_config('synchronous_commit', 'off', true)) AS settings
+      WHERE s.queue = %(name)s AND s.sink IS NOT NULL AND s.parked IS NULL) AS f
+
+-- name: sink_events
+-- The events of (low, high] whose type matches the sink's LIKE patterns, in log order.
+SELECT e.position, e.type, e.key, e.headers::text, e.payload::text, e.appended_at
+FROM {ns}.events AS e
+WHERE e.position > %(low)s AND e.position <= %(high)s
+  AND EXISTS (SELECT 1 FROM json_array_elements_text(%(events)s::json) AS p
+              WHERE e.type LIKE p)
+ORDER BY e.position
+
+-- name: sink_advance
+-- Only from the checkpoint the batch was read at: a replay meanwhile wins. Committed
+-- without waiting for the WAL flush (SET LOCAL synchronous_commit = off): a crash may
+-- lose the move, and the batch is published again (at-least-once, ids unchanged); it
+-- never moves the checkpoint past what the broker confirmed (docs/adr/0026).
+UPDATE {ns}.subscriptions SET checkpoint = %(high)s, updated_at = {now}
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS settings
+WHERE queue = %(name)s AND checkpoint = %(low)s AND sink IS NOT NULL
+RETURNING queue
+
+-- name: sink_park
+UPDATE {ns}.subscriptions SET parked = %(reason)s, parked_at = {now}, updated_at = {now}
+WHERE queue = %(name)s AND sink IS NOT NULL
+RETURNING queue
+
+-- name: sink_resume
+UPDATE {ns}.subscriptions SET parked = NULL, parked_at = NULL, updated_at = {now}
+WHERE queue = %(name)s AND sink IS NOT NULL
+RETURNING queue

@@ -36,7 +36,7 @@ WITH j AS (
     SELECT queue, count(*) AS dead FROM {ns}__dead_letters GROUP BY queue
 ), names (name) AS (
     SELECT name FROM {ns}__queues
-    UNION SELECT queue FROM {ns}__subscriptions
+    UNION SELECT queue FROM {ns}__subscriptions WHERE sink IS NULL  -- not a sink (ADR 0026)
     UNION SELECT queue FROM j
     UNION SELECT queue FROM d
 )

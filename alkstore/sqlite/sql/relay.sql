@@ -8,13 +8,15 @@ INSERT INTO {ns}__subscriptions (queue, events, patterns, checkpoint, updated_at
 VALUES (:queue, :events, :patterns, :checkpoint, {now}, :gap_first, :gap_last)
 ON CONFLICT (queue) DO UPDATE SET
     events = excluded.events, patterns = excluded.patterns, updated_at = excluded.updated_at
+WHERE sink IS NULL  -- a sink's name is not a queue's (docs/adr/0026): no row, refused
 RETURNING checkpoint, gap_first, gap_last
 
 -- name: unsubscribe
 DELETE FROM {ns}__subscriptions WHERE queue = :queue RETURNING queue
 
 -- name: subscriptions
-SELECT queue, events, checkpoint, updated_at, gap_first, gap_last
+SELECT queue, events, checkpoint, updated_at, gap_first, gap_last, sink, sink_options, parked,
+       parked_at
 FROM {ns}__subscriptions ORDER BY queue
 
 -- name: set_checkpoint
@@ -36,12 +38,13 @@ SELECT count(*) FROM {ns}__events WHERE position > :low AND position <= :high
 -- name: relay_bounds
 -- Names the subscriptions the batch covers (SQLite's single writer already keeps
 -- them from changing until the batch commits).
-WITH low AS (SELECT min(checkpoint) AS low FROM {ns}__subscriptions)
+-- Queue subscriptions only: the relay's sink loop feeds the others (docs/adr/0026).
+WITH low AS (SELECT min(checkpoint) AS low FROM {ns}__subscriptions WHERE sink IS NULL)
 SELECT low.low, coalesce((
     SELECT max(position) FROM (
         SELECT position FROM {ns}__events
         WHERE position > low.low ORDER BY position LIMIT :batch)), low.low),
-    (SELECT json_group_array(queue) FROM {ns}__subscriptions)
+    (SELECT json_group_array(queue) FROM {ns}__subscriptions WHERE sink IS NULL)
 FROM low
 
 -- name: relay_insert
@@ -77,9 +80,10 @@ WHERE checkpoint < :high AND queue IN (SELECT value FROM json_each(:queues))
 SELECT f.queue, f.checkpoint,
        CASE WHEN f.first_pos IS NULL THEN 0
             ELSE max(f.head - max(f.checkpoint, f.first_pos - 1), 0) END,
-       (SELECT e.appended_at FROM {ns}__events AS e WHERE e.position = f.first_pos)
+       (SELECT e.appended_at FROM {ns}__events AS e WHERE e.position = f.first_pos),
+       f.sink, f.parked
 FROM (
-    SELECT s.queue, s.checkpoint,
+    SELECT s.queue, s.checkpoint, s.sink, s.parked,
            (SELECT min(e.position) FROM {ns}__events AS e WHERE e.position > s.checkpoint)
                AS first_pos,
            coalesce((SELECT seq FROM sqlite_sequence WHERE name = '{ns}__events'), 0) AS head
@@ -120,3 +124,54 @@ WHERE name = :name AND holder = :holder AND token = :token
 
 -- name: lock_holder
 SELECT holder, token, expires_at FROM {ns}__locks WHERE name = :name
+
+-- name: subscribe_sink
+-- A broker sink (docs/adr/0026): like subscribe, with the sink's URL and options; an
+-- existing sink keeps its checkpoint (and stays parked if it was); a queue subscription
+-- of that name is not turned into one (no row: refused).
+INSERT INTO {ns}__subscriptions (queue, events, patterns, checkpoint, updated_at,
+                                 gap_first, gap_last, sink, sink_options)
+VALUES (:queue, :events, :patterns, :checkpoint, {now}, :gap_first, :gap_last, :sink,
+        :options)
+ON CONFLICT (queue) DO UPDATE SET
+    events = excluded.events, patterns = excluded.patterns, updated_at = excluded.updated_at,
+    sink = excluded.sink, sink_options = excluded.sink_options
+WHERE sink IS NOT NULL
+RETURNING checkpoint, gap_first, gap_last
+
+-- name: sink_bounds
+-- The next batch of a sink (docs/adr/0026): its checkpoint (or :after, a batch read
+-- ahead) and the last position of the :batch events after it (the start when there are
+-- none); no row when it is gone, not a sink, or parked.
+SELECT f.low, coalesce((
+    SELECT max(position) FROM (
+        SELECT position FROM {ns}__events
+        WHERE position > f.low ORDER BY position LIMIT :batch)), f.low),
+    f.events
+FROM (SELECT coalesce(:after, s.checkpoint) AS low, s.events
+      FROM {ns}__subscriptions AS s
+      WHERE s.queue = :name AND s.sink IS NOT NULL AND s.parked IS NULL) AS f
+
+-- name: sink_events
+-- The events of (:low, :high] whose type matches the sink's patterns, in log order.
+SELECT e.position, e.type, e.key, e.headers, e.payload, e.appended_at
+FROM {ns}__events AS e
+WHERE e.position > :low AND e.position <= :high
+  AND EXISTS (SELECT 1 FROM json_each(:events) AS p WHERE e.type GLOB p.value)
+ORDER BY e.position
+
+-- name: sink_advance
+-- Only from the checkpoint the batch was read at: a replay meanwhile wins.
+UPDATE {ns}__subscriptions SET checkpoint = :high, updated_at = {now}
+WHERE queue = :name AND checkpoint = :low AND sink IS NOT NULL
+RETURNING queue
+
+-- name: sink_park
+UPDATE {ns}__subscriptions SET parked = :reason, parked_at = {now}, updated_at = {now}
+WHERE queue = :name AND sink IS NOT NULL
+RETURNING queue
+
+-- name: sink_resume
+UPDATE {ns}__subscriptions SET parked = NULL, parked_at = NULL, updated_at = {now}
+WHERE queue = :name AND sink IS NOT NULL
+RETURNING queue
