@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import msgspec
 
-from alkstore import _errors, _events
+from alkstore import _errors, _events, _txack
 
 if TYPE_CHECKING:
     from alkstore._queue import Queue
@@ -74,6 +74,9 @@ class Job(Generic[T]):
         "type",
     )
 
+    acked: bool = False
+    """True once `job.transaction()` committed: the job was acked with the block's writes."""
+
     def __init__(self, queue: Queue, row: tuple[Any, ...]) -> None:
         (
             self.id,
@@ -125,6 +128,15 @@ class Job(Generic[T]):
     def ack(self) -> None:
         """The job is done: delete it."""
         self._queue._ack(self)
+
+    def transaction(self) -> _txack.JobTransaction:
+        """A store transaction that also acks this job (ADR 0022): `with job.transaction()
+        as tx:` make the handler's writes on `tx.connection`, `tx.enqueue` / `tx.append`
+        follow-up work; when the block ends, the ack (fenced by this claim's lease token)
+        commits with them. A lease that was lost rolls everything back and raises
+        LeaseLost; an exception in the block rolls back and leaves the job held."""
+        inner: Any = self._queue._rt.transaction()
+        return _txack.JobTransaction(self, inner)
 
     def retry(self, delay: float | None = None, error: str | None = None) -> None:
         """Run it again after `delay` seconds (None: the backoff curve); dead-letters it

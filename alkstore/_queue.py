@@ -55,6 +55,7 @@ class Runtime:
     random: random.Random = field(default_factory=random.Random)
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD
     exhausted_checked: dict[str, float] = field(default_factory=dict)  # queue -> monotonic
+    transaction: Callable[[], Any] = field(default=lambda: None)  # store.transaction (ADR 0022)
 
     def now_param(self) -> int | None:
         """The `now` of a query: None lets the database use its own clock."""

@@ -219,6 +219,7 @@ class Store:
     ) -> None:
         self._engine = engine
         self._runtime = _queue.Runtime(engine, clock, random.Random(), max_payload_bytes)
+        self._runtime.transaction = self.transaction  # job.transaction() (ADR 0022)
         self.log = Log(engine)
         self.schedules = _schedules.Schedules(self._runtime)
         """Cron and interval schedules that append events (see docs/adr/0009)."""

@@ -89,6 +89,12 @@ class Outcomes:
         kind, delay, reason = outcome
         seconds = time.monotonic() - started
         try:
+            if job.acked:  # job.transaction() acked it with the handler's writes (ADR 0022)
+                self._inflight.pop(job)
+                self._counters.add("ack", 1, job.queue)
+                self._counters.timed(job.queue, (seconds,))
+                self._report(job, "ack", seconds)
+                return
             with self._inflight.lock:
                 abandoned = item.abandoned
                 if kind == "ack" and not abandoned:
