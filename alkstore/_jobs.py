@@ -152,6 +152,12 @@ class Job(Generic[T]):
         does not count (a worker shutting down gracefully; ADR 0008)."""
         self._queue._release(self, delay)
 
+    def snooze(self, delay: float) -> None:
+        """Put the job back to wait `delay` seconds (>= 0) without counting this attempt
+        (ADR 0022): not a failure, no history entry, no backoff; the lease ends. A job
+        that snoozes for ever never runs out of attempts."""
+        self._queue._release(self, delay, "snooze")
+
     def mark_started(self) -> None:
         """For runtimes that prefetch (`claim_many(start=...)`): this job starts now, so
         its attempt counts; record it in the database with `Queue.start_many`."""

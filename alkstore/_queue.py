@@ -418,10 +418,10 @@ class Queue(_ops.Operations):
         self._checked(job, "retry", "retry", delay_ms=delay_ms, attempts=job.attempt, error=error)
         self._engine.committed()
 
-    def _release(self, job: _jobs.Job[Any], delay: float) -> None:
+    def _release(self, job: _jobs.Job[Any], delay: float, operation: str = "release") -> None:
         delay_ms = int(seconds("delay", delay) * 1000)
         attempts = job.attempt - 1 if job.started else job.attempt
-        self._checked(job, "release", "release", delay_ms=delay_ms, attempts=attempts)
+        self._checked(job, operation, "release", delay_ms=delay_ms, attempts=attempts)
         self._engine.committed()
 
     def _bury(self, job: _jobs.Job[Any], reason: str) -> None:

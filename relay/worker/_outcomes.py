@@ -121,6 +121,9 @@ class Outcomes:
         the handler's (retry, timeout, fail, poison, unknown_type) or what happened instead
         (lease_lost, error). A job whose last attempt failed also counts as "dead"."""
         try:
+            if kind == "snooze":  # back to waiting, the attempt not counted (ADR 0022)
+                job.snooze(delay or 0.0)
+                return "snoozed"
             if kind == "unknown":
                 age = self._store.now() - job.enqueued_at.timestamp()
                 if age < self._grace:  # a producer may be newer than this worker: wait
@@ -180,6 +183,8 @@ class Outcomes:
 
 
 def classify(exc: BaseException) -> Outcome:
+    if isinstance(exc, _handlers.Snooze):
+        return ("snooze", exc.delay, "")
     if isinstance(exc, _handlers.Retry):
         return ("retry", exc.delay, exc.reason)
     if isinstance(exc, _handlers.Fail):
