@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import msgspec
 
-from alkstore import _errors, _events, _txack
+from alkstore import _effects, _errors, _events, _txack
 
 if TYPE_CHECKING:
     from alkstore._queue import Queue
@@ -151,6 +151,14 @@ class Job(Generic[T]):
         """Give the job back unprocessed: visible after `delay` seconds, and this attempt
         does not count (a worker shutting down gracefully; ADR 0008)."""
         self._queue._release(self, delay)
+
+    def check(self) -> None:
+        """Raise LeaseLost (and set `lease_lost`) unless this claim still holds the job:
+        a long handler calls it between steps to stop early once the job was cancelled
+        (`queue.cancel(..., force=True)`) or taken over (ADR 0022). A read, no write."""
+        if self.acked or not _effects.holds(self._queue._engine, self.id, self.lease_token):
+            self.lease_lost = not self.acked
+            raise _errors.LeaseLost(self.id, "check")
 
     def snooze(self, delay: float) -> None:
         """Put the job back to wait `delay` seconds (>= 0) without counting this attempt

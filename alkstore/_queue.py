@@ -20,6 +20,7 @@ from alkstore import (
     _bulk,
     _checks,
     _config,
+    _effects,
     _engine,
     _errors,
     _events,
@@ -249,6 +250,10 @@ class Queue(_ops.Operations):
     def enqueue(
         self, payload: object, *, on_duplicate: Literal["ignore"], **options: Any
     ) -> int | None: ...
+    @overload
+    def enqueue(
+        self, payload: object, *, on_duplicate: Literal["replace"], **options: Any
+    ) -> int: ...
     def enqueue(
         self, payload: object, *, on_duplicate: OnDuplicate = "raise", **options: Any
     ) -> int | None:
@@ -261,8 +266,12 @@ class Queue(_ops.Operations):
             params = enqueue_params(self._rt, self.name, payload, **options)
         else:  # the common case: no option to check, and the name was checked once
             params = plain_params(self._rt, self.name, payload)
-        rows = self._engine.run(enqueue_query(params), params)
-        job_id = check_duplicate(rows, params, on_duplicate)
+        if on_duplicate == "replace":  # debounce / replace (ADR 0022)
+            with self._engine.transaction() as conn:
+                job_id: int | None = _effects.replace_in(self._engine, conn, params)
+        else:
+            rows = self._engine.run(enqueue_query(params), params)
+            job_id = check_duplicate(rows, params, on_duplicate)
         self._engine.committed()
         if observe.counts is not None and job_id is not None:
             observe.counts.enqueued(self._engine.namespace, self.name, 1)

@@ -12,6 +12,7 @@ from typing import Any, Literal, overload
 from alkstore import (
     _checks,
     _config,
+    _effects,
     _engine,
     _errors,
     _events,
@@ -100,6 +101,10 @@ class Transaction:
     def enqueue(
         self, queue: str, payload: object, *, on_duplicate: Literal["ignore"], **options: Any
     ) -> int | None: ...
+    @overload
+    def enqueue(
+        self, queue: str, payload: object, *, on_duplicate: Literal["replace"], **options: Any
+    ) -> int: ...
     def enqueue(
         self,
         queue: str,
@@ -121,8 +126,11 @@ class Transaction:
         else:  # the hot path, as q.enqueue's: every option at its default
             params = _queue.plain_params(self._runtime, _config.check_name("queue", queue), payload)
             name = "enqueue"
-        rows = self._engine.run_in(self.connection, name, params)
-        job_id = _queue.check_duplicate(rows, params, on_duplicate)
+        if on_duplicate == "replace":  # debounce / replace (ADR 0022)
+            job_id: int | None = _effects.replace_in(self._engine, self.connection, params)
+        else:
+            rows = self._engine.run_in(self.connection, name, params)
+            job_id = _queue.check_duplicate(rows, params, on_duplicate)
         self.wrote = True
         if observe.counts is not None and job_id is not None:
             if self._queues is None:
