@@ -88,8 +88,9 @@ class Outcomes:
         job = item.job
         kind, delay, reason = outcome
         seconds = time.monotonic() - started
+        acked = job.acked  # job.transaction() acked it with the handler's writes (ADR 0022)
         try:
-            if job.acked:  # job.transaction() acked it with the handler's writes (ADR 0022)
+            if acked:
                 self._inflight.pop(job)
                 self._counters.add("ack", 1, job.queue)
                 self._counters.timed(job.queue, (seconds,))
@@ -115,6 +116,8 @@ class Outcomes:
             self._counters.add("error", 1, job.queue)
         finally:
             self._slots.give(job.queue)
+            if acked:  # its commit woke the claim loop while the slot was still taken:
+                self._store.engine.wake.fire()  # wake it again (a drain ends at once)
 
     def record(self, job: alkstore.Job[Any], kind: str, delay: float | None, reason: str) -> str:
         """Store a retry, release or dead letter. Returns the outcome to count and report:
