@@ -3,8 +3,10 @@
 `job.transaction()` opens a store transaction (`store.transaction()`: the same
 `Transaction`, with `tx.connection`, `tx.append`, `tx.enqueue`) and, when the block ends
 without an exception, deletes the job in it as its last statement, fenced by the
-claim's lease token, before COMMIT. If the lease was lost (the job was claimed again
-after its lease lapsed, cancelled, or finished some other way), the delete finds no row:
+claim's lease token (`Engine.ack_in`: on PostgreSQL sent with COMMIT in one pipeline, a
+statement that fails when it deletes nothing, so that COMMIT does not run). If the lease
+was lost (the job was claimed again after its lease lapsed, cancelled, or finished some
+other way), the delete finds no row:
 the whole transaction rolls back and `LeaseLost` is raised. So the business writes and
 the ack commit together or not at all, and a holder that lost its job commits nothing.
 
@@ -18,7 +20,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from alkstore import _errors
+from alkstore import _engine, _errors
 
 if TYPE_CHECKING:
     from alkstore._jobs import Job
@@ -49,13 +51,15 @@ class JobTransaction:
         job = self._job
         tx = self._tx
         try:
-            params = {"id": job.id, "token": job.lease_token}
-            rows = tx._engine.run_in(tx.connection, "ack", params)
-            if not rows:
+            if tx._engine.ack_in(tx.connection, job.id, job.lease_token) is False:
                 job.lease_lost = True
                 raise _errors.LeaseLost(job.id, "ack")
         except BaseException as error:
             self._inner.__exit__(type(error), error, error.__traceback__)  # roll back
             raise
-        self._inner.__exit__(None, None, None)  # COMMIT (raises if it fails: not acked)
+        try:
+            self._inner.__exit__(None, None, None)  # COMMIT (raises if it fails: not acked)
+        except _engine.AckRefused as refused:  # sent with COMMIT, found nothing: rolled back
+            job.lease_lost = True
+            raise _errors.LeaseLost(job.id, "ack") from refused
         job.acked = True

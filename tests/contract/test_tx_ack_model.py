@@ -66,15 +66,15 @@ def machine_for(backend: Backend, directory: Path) -> type[RuleBasedStateMachine
                 self.queue = self.store.queue(QUEUE)
                 self.queue.configure(max_attempts=1_000)
                 engine: Any = self.store.engine
-                real = engine.run_in
+                real = engine.ack_in
                 self.fail_ack = False
 
-                def run_in(conn: Any, name: str, params: dict[str, Any]) -> Any:
-                    if name == "ack" and self.fail_ack:
+                def ack_in(conn: Any, job_id: int, token: int | None) -> Any:
+                    if self.fail_ack:
                         raise alkstore.StorageError("injected: the ack statement failed")
-                    return real(conn, name, params)
+                    return real(conn, job_id, token)
 
-                engine.run_in = run_in
+                engine.ack_in = ack_in
             except BaseException:
                 self.teardown()
                 raise
@@ -157,7 +157,8 @@ def machine_for(backend: Backend, directory: Path) -> type[RuleBasedStateMachine
                 with handle.transaction() as tx:
                     if fault == "before":
                         raise Injected
-                    self.business.write(tx, handle.id)
+                    # keyed by the claim's token: a stale holder's row would not clash
+                    self.business.write(tx, handle.lease_token, str(handle.id))
                     tx.enqueue(FOLLOW, {"job": handle.id})
                     if fault == "after":
                         raise Injected
@@ -177,8 +178,10 @@ def machine_for(backend: Backend, directory: Path) -> type[RuleBasedStateMachine
 
         @invariant()
         def rows_match_acks(self) -> None:
-            rows = self.business.rows()
-            assert set(rows) == self.acked
+            rows = self.business.rows()  # token -> job id
+            committed = sorted(int(job) for job in rows.values())
+            assert committed == sorted(self.acked), "one row per ack, never two"
+            rows = {int(job): token for token, job in rows.items()}
             live = {info.id for info in self.queue.jobs(limit=1_000)}
             assert live == set(self.live), "the live jobs are the model's"
             assert not live & set(rows), "a business row for a job still live"

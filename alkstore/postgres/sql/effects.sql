@@ -35,3 +35,11 @@ RETURNING id
 UPDATE {ns}.jobs SET dedupe_key = NULL
 WHERE queue = %(queue)s AND dedupe_key = %(dedupe_key)s AND lease_token IS NOT NULL
 RETURNING id
+
+-- name: ack_fenced
+-- job.transaction()'s ack, sent with COMMIT in one pipeline (no round trip of its own):
+-- it fails with division_by_zero (22012) when it deletes nothing (the claim no longer
+-- holds the job), so the pipeline aborts and COMMIT does not run. Nothing else in that
+-- pipeline (event INSERTs) can raise 22012.
+WITH gone AS (DELETE FROM {ns}.jobs WHERE id = %(id)s AND lease_token = %(token)s RETURNING 1)
+SELECT 1 / count(*)::int FROM gone

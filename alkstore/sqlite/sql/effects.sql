@@ -33,3 +33,7 @@ RETURNING id
 UPDATE {ns}__jobs SET dedupe_key = NULL
 WHERE queue = :queue AND dedupe_key = :dedupe_key AND lease_token IS NOT NULL
 RETURNING id
+
+-- name: ack_fenced
+-- job.transaction()'s ack (the `ack` query; PostgreSQL sends its own with COMMIT).
+DELETE FROM {ns}__jobs WHERE id = :id AND lease_token = :token RETURNING id
