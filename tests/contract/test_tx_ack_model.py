@@ -178,10 +178,10 @@ def machine_for(backend: Backend, directory: Path) -> type[RuleBasedStateMachine
 
         @invariant()
         def rows_match_acks(self) -> None:
-            rows = self.business.rows()  # token -> job id
-            committed = sorted(int(job) for job in rows.values())
+            by_token = self.business.rows()  # token -> job id
+            committed = sorted(int(job) for job in by_token.values())
             assert committed == sorted(self.acked), "one row per ack, never two"
-            rows = {int(job): token for token, job in rows.items()}
+            rows = {int(job) for job in by_token.values()}
             live = {info.id for info in self.queue.jobs(limit=1_000)}
             assert live == set(self.live), "the live jobs are the model's"
             assert not live & set(rows), "a business row for a job still live"
