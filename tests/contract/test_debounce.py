@@ -5,6 +5,7 @@ and through the worker runtime, which runs the newest payload once."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -131,3 +132,46 @@ def test_the_worker_runs_a_debounced_burst_once_with_the_newest_payload(
         while q.jobs():
             worker.run(once=True)
         assert seen == [19]
+
+
+def test_concurrent_replacers_and_a_consumer_keep_one_job_per_key(backend: Backend) -> None:
+    """Producers replace one key from several threads while a consumer claims and acks:
+    none of them fails, and what waits at the end is the newest write."""
+    with backend.migrated(pool_size=6) as store:
+        q = store.queue("debounce")
+        errors: list[BaseException] = []
+        stop = threading.Event()
+        acked: list[Any] = []
+
+        def produce(n: int) -> None:
+            try:
+                for i in range(40):
+                    q.enqueue({"p": n, "i": i}, dedupe_key="k", on_duplicate="replace")
+            except BaseException as exc:
+                errors.append(exc)
+
+        def consume() -> None:
+            try:
+                while not stop.is_set():
+                    job = q.claim()
+                    if job is not None:
+                        acked.append(job.raw_payload)
+                        job.ack()
+            except BaseException as exc:
+                errors.append(exc)
+
+        consumer = threading.Thread(target=consume)
+        consumer.start()
+        producers = [threading.Thread(target=produce, args=(n,)) for n in range(3)]
+        for thread in producers:
+            thread.start()
+        for thread in producers:
+            thread.join(60)
+        stop.set()
+        consumer.join(60)
+        assert errors == []
+        keyed = [j for j in q.jobs() if j.dedupe_key == "k"]
+        assert len(keyed) <= 1
+        if keyed:  # the last write of all is some producer's last: it replaced the rest
+            assert keyed[0].raw_payload["i"] == 39 and keyed[0].attempts == 0
+        assert 1 <= len(acked) + len(q.jobs()) <= 120
