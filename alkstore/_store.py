@@ -258,6 +258,7 @@ class Store:
         events: Iterable[str],
         *,
         start: Literal["now", "beginning"] | int = "now",
+        dedupe_by_key: bool = False,
         **queue_options: Any,
     ) -> _routing.Subscription:
         """Route events whose type matches a pattern (`order.*`) into `queue`.
@@ -266,8 +267,13 @@ class Store:
         position (delivered from that position on, like `replay`). Re-subscribing
         updates the patterns and keeps the checkpoint.
         Queue options (max_attempts, backoff, visibility, dead_retention) are stored.
+        `dedupe_by_key=True`: each job takes its event's key as its dedupe key, so while a
+        job with that key is live in `queue` the relay makes none for a later event with
+        it (a schedule's firings with a key do not pile up; docs/adr/0022).
         """
-        return _routing.subscribe(self._runtime, queue, events, start, **queue_options)
+        return _routing.subscribe(
+            self._runtime, queue, events, start, dedupe_by_key, **queue_options
+        )
 
     def unsubscribe(self, queue: str) -> bool:
         return _routing.unsubscribe(self._runtime, queue)
