@@ -1,6 +1,8 @@
 """alkstore: the transactional outbox as an event log, on SQLite or PostgreSQL."""
 
-from alkstore._append import append, append_many
+from alkstore._append import append, append_many, enqueue
+from alkstore._astore import AsyncJob, AsyncQueue, AsyncStore, open_async
+from alkstore._atx import AsyncTransaction
 from alkstore._backoff import Backoff, Exponential, Fixed, Linear
 from alkstore._bulk import JobSpec
 from alkstore._engine import Engine, LogEntry
@@ -28,6 +30,7 @@ from alkstore._errors import (
     StorageError,
     TransactionOpen,
     UnknownEventType,
+    UnsupportedConnection,
 )
 from alkstore._events import Event
 from alkstore._jobs import Attempt, DeadLetter, Job, JobInfo, QueueStats, SweepResult
@@ -44,6 +47,10 @@ from alkstore._workers import Presence, WorkerInfo
 
 __all__ = [
     "AlkstoreError",
+    "AsyncJob",
+    "AsyncQueue",
+    "AsyncStore",
+    "AsyncTransaction",
     "Attempt",
     "Backoff",
     "ConfigurationError",
@@ -99,9 +106,12 @@ __all__ = [
     "Transaction",
     "TransactionOpen",
     "UnknownEventType",
+    "UnsupportedConnection",
     "WorkerInfo",
     "append",
     "append_many",
     "connect",
+    "enqueue",
+    "open_async",
 ]
 __version__ = "0.1.0"

@@ -85,12 +85,19 @@ class NotInTransaction(AlkstoreError):
     """Appending needs an open transaction on the connection; alkstore never autocommits."""
 
 
+class UnsupportedConnection(AlkstoreError, TypeError):
+    """`alkstore.append` / `alkstore.enqueue` cannot write through this connection: it is
+    not one whose transaction alkstore can join (docs/adr/0024). Nothing was written, and
+    alkstore opened no connection of its own."""
+
+
 class TransactionOpen(AlkstoreError):
     """A store transaction is open on this thread; inside it, use `tx` (docs/adr/0016)."""
 
-    def __init__(self) -> None:
+    def __init__(self, message: str | None = None) -> None:
         super().__init__(
-            "a store transaction is open on this thread: inside `with store.transaction() "
+            message
+            or "a store transaction is open on this thread: inside `with store.transaction() "
             "as tx:` use tx.append, tx.enqueue and tx.connection; other calls of the same "
             "store would run in a transaction of their own (docs/adr/0016)"
         )

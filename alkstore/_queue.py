@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, overload
+from typing import Any, Literal, Protocol, overload
 
 import msgspec
 
@@ -20,6 +20,7 @@ from alkstore import (
     _bulk,
     _checks,
     _config,
+    _cursor,
     _effects,
     _engine,
     _errors,
@@ -67,6 +68,16 @@ class Runtime:
         return self.engine.now_ms() if self.clock is None else int(self.clock() * 1000)
 
 
+class Encoding(Protocol):
+    """What encoding a job needs: a Runtime, or `alkstore.enqueue`'s settings on a
+    connection the application owns (alkstore/_append.py)."""
+
+    @property
+    def clock(self) -> Callable[[], float] | None: ...
+    @property
+    def max_payload_bytes(self) -> int: ...
+
+
 class QueueConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Per-queue defaults, stored in the database so every process uses the same."""
 
@@ -85,7 +96,7 @@ _whole = _checks.whole
 _instant_ms = _checks.instant_ms
 
 
-def plain_params(runtime: Runtime, queue: str, payload: object) -> dict[str, Any]:
+def plain_params(runtime: Encoding, queue: str, payload: object) -> dict[str, Any]:
     """One job with every option at its default (the hot path: `queue` already checked).
     Times are relative to the statement's `now` (the database's, ADR 0012)."""
     clock = runtime.clock
@@ -110,7 +121,7 @@ def plain_params(runtime: Runtime, queue: str, payload: object) -> dict[str, Any
 
 
 def enqueue_params(
-    runtime: Runtime,
+    runtime: Encoding,
     queue: str,
     payload: object,
     *,
@@ -179,6 +190,7 @@ class Queue(_ops.Operations):
         self._engine = runtime.engine
         self._config: QueueConfig | None = None
         self._config_read = 0.0
+        self._cursor = _cursor.Cursor() if self._engine.name == "postgres" else None
 
     # -- configuration ---------------------------------------------------------------
 
@@ -337,10 +349,10 @@ class Queue(_ops.Operations):
         # Two plain claims when some start and some are prefetched: the started ones are
         # first in claim order. (One statement that ranks the rows with a window cost
         # SQLite 5-7 us more per claimed job: the worker's whole margin.)
-        rows = self._engine.run("claim", params)
+        rows = self._claim(params)
         if 0 < start < n and len(rows) == start:
             params.update(n=n - start, go=0)
-            rows += self._engine.run("claim", params)
+            rows += self._claim(params)
         jobs: list[_jobs.Job[Any]] = []
         for row in rows:
             try:  # Job(...), not Job[Any](...): a subscripted generic costs a setattr per job
@@ -350,6 +362,21 @@ class Queue(_ops.Operations):
         jobs.sort(key=lambda job: (-job.priority, job.due_ms, job.id))  # RETURNING is unordered
         self._bury_exhausted()
         return jobs
+
+    def _claim(self, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """One claim statement: on PostgreSQL from this claimer's cursor when it has one
+        and a full claim is not due (alkstore/_cursor.py, docs/adr/0027)."""
+        cursor = self._cursor
+        if cursor is None:
+            return self._engine.run("claim", params)
+        start = cursor.start()
+        began = time.perf_counter()
+        if start is None:
+            rows = self._engine.run("claim", params)
+        else:
+            rows = self._engine.run("claim_from", {**params, "from": start})
+        cursor.took(rows, start is None, time.perf_counter() - began)
+        return rows
 
     def next_due(self) -> float | None:
         """Seconds until this queue's next job falls due, by the database's clock (0.0: one

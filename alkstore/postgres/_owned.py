@@ -1,4 +1,5 @@
-"""`alkstore.append` on a psycopg connection the application owns (sync or async)."""
+"""`alkstore.append` / `alkstore.enqueue` on a psycopg connection the application owns
+(sync or async), inside the transaction open on it."""
 
 from __future__ import annotations
 
@@ -63,15 +64,15 @@ async def _check_schema_async(conn: psycopg.AsyncConnection[Any], namespace: str
     _checked.setdefault(conn, set()).add(namespace)
 
 
-def _check_open(status: TransactionStatus, autocommit: bool) -> None:
+def _check_open(status: TransactionStatus, autocommit: bool, what: str = "append") -> None:
     if status == TransactionStatus.INTRANS or (status == TransactionStatus.IDLE and not autocommit):
         return
     if status == TransactionStatus.INERROR:
         raise _errors.NotInTransaction("the connection's transaction has failed; roll it back")
     raise _errors.NotInTransaction(
-        "alkstore.append needs an open transaction on this psycopg connection "
+        f"alkstore.{what} needs an open transaction on this psycopg connection "
         "(`with conn.transaction():`, or a non-autocommit connection); "
-        "alkstore never autocommits an append"
+        f"alkstore never autocommits an {what}"
     )
 
 
@@ -98,3 +99,38 @@ async def append_on_async(
         else:
             await conn.cursor().executemany(query, rows)
     _notify.watch_commit(namespace, conn)
+
+
+def enqueue_on(
+    conn: psycopg.Connection[Any], namespace: str, name: str, params: dict[str, Any]
+) -> list[tuple[Any, ...]]:
+    """`alkstore.enqueue` on a psycopg connection the application owns: the named query
+    (`enqueue` or `enqueue_dedupe`), its rows (the job id; none for a duplicate)."""
+    _check_open(conn.info.transaction_status, conn.autocommit, "enqueue")
+    _check_schema(conn, namespace)
+    query = _sql.queries(_PACKAGE, namespace)[name]
+    with translate(name):
+        if conn.pgconn.pipeline_status:  # the application's pipeline: a nested block's
+            with conn.pipeline():  # exit syncs, so the reply is there to read
+                rows = conn.execute(query, params).fetchall()
+        else:
+            rows = conn.execute(query, params).fetchall()
+    _notify.watch_commit(namespace, conn)
+    return rows
+
+
+async def enqueue_on_async(
+    conn: psycopg.AsyncConnection[Any], namespace: str, name: str, params: dict[str, Any]
+) -> list[tuple[Any, ...]]:
+    """`await alkstore.enqueue(...)` on an application-owned psycopg AsyncConnection."""
+    _check_open(conn.info.transaction_status, conn.autocommit, "enqueue")
+    await _check_schema_async(conn, namespace)
+    query = _sql.queries(_PACKAGE, namespace)[name]
+    with translate(name):
+        if conn.pgconn.pipeline_status:
+            async with conn.pipeline():
+                rows = await (await conn.execute(query, params)).fetchall()
+        else:
+            rows = await (await conn.execute(query, params)).fetchall()
+    _notify.watch_commit(namespace, conn)
+    return rows

@@ -1,9 +1,10 @@
-"""`alkstore.append` on an apsw connection the application owns."""
+"""`alkstore.append` / `alkstore.enqueue` on an apsw connection the application owns."""
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
+from typing import Any
 
 import apsw
 
@@ -24,19 +25,33 @@ def insert_rows(conn: apsw.Connection, namespace: str, rows: Sequence[_engine.Ev
         raise _sqlite._storage_error(conn, namespace, exc) from exc
 
 
-def append_on(conn: apsw.Connection, namespace: str, rows: Sequence[_engine.EventRow]) -> None:
-    """`alkstore.append` on an apsw connection the application owns."""
+def _check(conn: apsw.Connection, namespace: str, what: str) -> None:
     if not conn.in_transaction:
         raise _errors.NotInTransaction(
-            "alkstore.append needs an open transaction on this apsw connection "
-            "(BEGIN, or `with conn:`); alkstore never autocommits an append"
+            f"alkstore.{what} needs an open transaction on this apsw connection "
+            f"(BEGIN, or `with conn:`); alkstore never autocommits an {what}"
         )
     if namespace not in _checked.get(conn, ()):
         with _sqlite._translate(conn, namespace):
             found = _sqlite._version(conn, namespace)
         _sql.check_version(_PACKAGE, found)
         _checked.setdefault(conn, set()).add(namespace)
+
+
+def append_on(conn: apsw.Connection, namespace: str, rows: Sequence[_engine.EventRow]) -> None:
+    """`alkstore.append` on an apsw connection the application owns."""
+    _check(conn, namespace, "append")
     insert_rows(conn, namespace, rows)
+
+
+def enqueue_on(
+    conn: apsw.Connection, namespace: str, name: str, params: dict[str, Any]
+) -> list[tuple[Any, ...]]:
+    """`alkstore.enqueue` on an apsw connection the application owns: the named query
+    (`enqueue` or `enqueue_dedupe`), its rows (the job id; none for a duplicate)."""
+    _check(conn, namespace, "enqueue")
+    with _sqlite._translate(conn, namespace):
+        return conn.execute(_sql.queries(_PACKAGE, namespace)[name], params).fetchall()
 
 
 # Application connections whose schema version was checked, per namespace: once per

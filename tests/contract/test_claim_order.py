@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import alkstore
-from alkstore import _queue
+from alkstore import _cursor, _queue
 from tests import claim_walk
 from tests.clock import Clock
 from tests.conftest import Backend
@@ -26,6 +26,15 @@ from tests.conftest import Backend
 START_MS = 1_700_000_000_000
 LEASE_MS = 5_000
 HOUR_MS = 3_600_000
+
+
+@pytest.fixture(autouse=True)
+def full_claims_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every claim here is a full claim, however slow the machine makes it: these tests
+    hold the full claim to the walk. Claims from a cursor, which a run of slow full
+    claims turns on (PostgreSQL), trade this order for a bounded delay; they are tested
+    in tests/integration/test_claim_cursor.py (docs/adr/0027)."""
+    monkeypatch.setattr(_cursor, "FAST", float("inf"))
 
 
 def _insert(backend: Backend, rows: list[dict[str, Any]]) -> None:

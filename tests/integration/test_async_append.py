@@ -1,4 +1,5 @@
-"""psycopg AsyncConnection: `await alkstore.append(...)` on a connection the app owns."""
+"""psycopg AsyncConnection: `await alkstore.append(...)` and `await alkstore.enqueue(...)`
+on a connection the app owns."""
 
 from __future__ import annotations
 
@@ -66,5 +67,41 @@ def test_async_append_checks_events_before_anything_is_sent(pg_backend: Backend)
     try:
         asyncio.run(main())
         assert [e.payload for e in store.log.read()] == [OrderPlaced(order_id=2)] * 3
+    finally:
+        store.close()
+
+
+def test_async_enqueue_joins_the_transaction(pg_backend: Backend) -> None:
+    """`await alkstore.enqueue(conn, ...)`: commit, rollback, savepoint, a duplicate that
+    does not abort the transaction, autocommit refused (docs/adr/0024)."""
+    store = pg_backend.connect()
+    store.migrate()
+    ns = pg_backend.namespace
+
+    async def main() -> list[int | None]:
+        async with await psycopg.AsyncConnection.connect(pg_backend.url) as conn:
+            async with conn.transaction():
+                kept = await alkstore.enqueue(conn, "mail", "kept", namespace=ns, dedupe_key="d")
+                with pytest.raises(alkstore.DuplicateJob):
+                    await alkstore.enqueue(conn, "mail", "dup", namespace=ns, dedupe_key="d")
+                with pytest.raises(Boom):
+                    async with conn.transaction():  # a savepoint
+                        await alkstore.enqueue(conn, "mail", "savepoint", namespace=ns)
+                        raise Boom
+            with pytest.raises(Boom):
+                async with conn.transaction():
+                    await alkstore.enqueue(conn, "mail", "raised", namespace=ns)
+                    raise Boom
+            async with conn.pipeline(), conn.transaction():  # the application's pipeline
+                piped = await alkstore.enqueue(conn, "mail", "piped", namespace=ns)
+            await conn.set_autocommit(True)
+            with pytest.raises(alkstore.NotInTransaction):
+                await alkstore.enqueue(conn, "mail", "autocommit", namespace=ns)
+            return [kept, piped]
+
+    try:
+        ids = asyncio.run(main())
+        jobs = store.queue("mail").jobs()
+        assert [(j.id, j.raw) for j in jobs] == list(zip(ids, ['"kept"', '"piped"'], strict=True))
     finally:
         store.close()

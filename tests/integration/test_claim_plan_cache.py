@@ -35,7 +35,9 @@ def test_the_claim_runs_one_generic_plan(pg_backend: Backend, ready: int) -> Non
             plans = tx.connection.execute(
                 "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
                 "WHERE statement LIKE '%%claimed_for = j.visible_at%%'"  # the claim alone: a
-                # claim that runs past a second also buries exhausted jobs (SKIP LOCKED too)
+                # claim that runs past a second also buries exhausted jobs (SKIP LOCKED too),
+                # and a claim from the cursor (docs/adr/0027) is another statement
+                " AND statement LIKE 'WITH RECURSIVE levels%%'"
             ).fetchall()
     assert len(plans) == 1, plans
     generic, custom = plans[0]

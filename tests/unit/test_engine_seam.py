@@ -37,6 +37,8 @@ ENGINE_ONLY: dict[str, dict[str, str]] = {
         "hidden_writers": "pg_stat_activity; SQLite has one writer and no such view",
         "oldest_appender": "pg_locks on the events table (ADR 0004); SQLite has one writer",
         "sweep_try_lock": "an advisory lock; SQLite's sweep takes a lease row (lock_acquire)",
+        "claim_ready_fragment": "the filters claim and claim_from share; SQLite's are short",
+        "by_ids_fragment": "a batch's jobs by id, against a planner's trap SQLite has not",
     },
 }
 SHARED_MODULES = [

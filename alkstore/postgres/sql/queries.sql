@@ -80,8 +80,11 @@ SET default_transaction_isolation TO 'read committed'
 
 -- name: now_fragment
 -- `{now}` in every query: the injected test clock's `now`, else the server's clock at the
--- start of the statement (ADR 0012).
-coalesce(%(now)s::bigint, (extract(epoch FROM statement_timestamp()) * 1000)::bigint)
+-- start of the statement (ADR 0012). A scalar sub-select, an InitPlan computed once per
+-- statement: as an expression it was computed for every row written (extract() is
+-- numeric arithmetic, ~0.15 us a time: a claim of 100 jobs paid it 100 times, an
+-- enqueue_many row three times).
+(SELECT coalesce(%(now)s::bigint, (extract(epoch FROM statement_timestamp()) * 1000)::bigint))
 
 -- name: db_now
 SELECT {now}

@@ -71,10 +71,7 @@ WITH RECURSIVE levels (priority, n) AS (
     (SELECT r.id FROM levels AS l CROSS JOIN LATERAL (
         SELECT j.id FROM {ns}.jobs AS j
         WHERE j.queue = (SELECT %(queue)s::text) AND j.priority = l.priority
-          AND j.visible_at <= (SELECT {now})
-          AND j.attempts < j.max_attempts
-          AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > (SELECT {now}))
-          AND (j.lease_token IS NULL OR {up_for_lease})
+          AND {claim_ready}
         ORDER BY j.visible_at, j.id
         LIMIT (SELECT %(n)s::int)
         FOR UPDATE SKIP LOCKED) AS r)
@@ -82,15 +79,24 @@ WITH RECURSIVE levels (priority, n) AS (
     (SELECT r.id FROM (
         SELECT j.id FROM {ns}.jobs AS j
         WHERE j.queue = (SELECT %(queue)s::text) AND j.priority < (SELECT min(priority) FROM levels)
-          AND j.visible_at <= (SELECT {now})
-          AND j.attempts < j.max_attempts
-          AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > (SELECT {now}))
-          AND (j.lease_token IS NULL OR {up_for_lease})
+          AND {claim_ready}
         ORDER BY j.priority DESC, j.visible_at, j.id
         LIMIT (SELECT %(n)s::int)
         FOR UPDATE SKIP LOCKED) AS r)
     LIMIT (SELECT %(n)s::int)
 )
+{claim_update}
+
+-- name: claim_ready_fragment
+-- A job of the claim's range (`j`) may be claimed: due, attempts left, not expired, and
+-- not leased unless its lease lapsed (ADR 0012).
+j.visible_at <= (SELECT {now})
+AND j.attempts < j.max_attempts
+AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > (SELECT {now}))
+AND (j.lease_token IS NULL OR {up_for_lease})
+
+-- name: claim_update_fragment
+-- What a claim writes to the jobs of `next` and returns (claim, claim_from).
 UPDATE {ns}.jobs AS j SET
     attempts = j.attempts + %(go)s::int,
     started = %(go)s::int::boolean,
@@ -106,6 +112,32 @@ WHERE j.id = ANY(ARRAY(SELECT id FROM next))
 RETURNING j.id, j.queue, j.priority, j.claimed_for, j.attempts, j.max_attempts, j.backoff::text,
           j.lease_token, j.lease_ms, j.enqueued_at, j.type, j.key, j.position,
           j.headers::text, j.payload::text, j.progress::text, j.started
+
+-- name: claim_from
+-- The claim from a cursor (PostgreSQL only; docs/adr/0027): `from` is
+-- [[priority, visible_at, id], ...], highest priority first: where in each level the
+-- claimer took its last job (a job's claim-index entry). Each level's range starts after
+-- it instead of at the level's start (one enqueue_many's jobs share a visible_at), and no level is probed: while an old snapshot holds back vacuum, the entries of
+-- every job processed since it began are still in the claim index, unremovable and
+-- unskippable, and `claim` walks them all on every run (docs/performance.md, issue 13
+-- item 8). Jobs behind the cursor (a transaction that committed late, a lease given back
+-- early) and levels the cursor does not know are found by the next full `claim`, which
+-- Queue.claim_many runs often enough (alkstore/_cursor.py). A paused queue: nothing.
+WITH next AS (
+    SELECT r.id FROM (SELECT (e->>0)::integer AS p, (e->>1)::bigint AS v, (e->>2)::bigint AS i
+                      FROM jsonb_array_elements(%(from)s::jsonb) AS e) AS h
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM {ns}.jobs AS j
+        WHERE j.queue = (SELECT %(queue)s::text) AND j.priority = h.p
+          AND (j.visible_at, j.id) > (h.v, h.i)
+          AND {claim_ready}
+        ORDER BY j.visible_at, j.id
+        LIMIT (SELECT %(n)s::int)
+        FOR UPDATE SKIP LOCKED) AS r
+    WHERE {queue_open}
+    LIMIT (SELECT %(n)s::int)
+)
+{claim_update}
 
 -- name: top_priority_fragment
 -- The highest priority of the queue's jobs (NULL: none): the first entry of the claim index.
@@ -148,20 +180,33 @@ LEFT JOIN LATERAL (
 WHERE l.priority IS NOT NULL
 
 -- name: start_many
--- Prefetched jobs whose handlers started: their attempt counts now.
+-- Prefetched jobs whose handlers started: their attempt counts now. ({by_ids}: how batch
+-- statements find their jobs.)
 UPDATE {ns}.jobs AS j SET attempts = j.attempts + 1, started = true
 FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token
       FROM jsonb_array_elements(%(pairs)s::jsonb) AS e) AS s
-WHERE j.id = s.id AND j.lease_token = s.token AND NOT j.started
+WHERE {by_ids} AND j.id = s.id AND j.lease_token IS NOT DISTINCT FROM s.token AND NOT j.started
 RETURNING j.id
 
+-- name: by_ids_fragment
+-- The jobs of a batch statement, found by id. The pairs' token is compared with IS NOT
+-- DISTINCT FROM (it is never NULL), not `=`: `lease_token = token` implies the predicate of
+-- the partial index jobs_leases, and after a vacuum that saw nothing leased its statistics
+-- say it is empty; the planner then read that whole index (every leased job's entry, and
+-- every dead one an old snapshot keeps) and hashed it: an ack of 100 jobs took 16-22 ms
+-- instead of 0.4 under bench/bloat.py. With the ids as an array the jobs are looked up by
+-- id, or read whole when the table is small (tests/integration/test_batch_plans.py).
+j.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM jsonb_array_elements(%(pairs)s::jsonb) AS e))
+
 -- name: renew_many
--- Renew every lease a worker holds in one statement: [[id, token, lease_ms], ...].
+-- Renew every lease a worker holds in one statement: [[id, token, lease_ms], ...]. The
+-- jobs are found by id as by_ids_fragment says.
 -- A lease that ran out but was not claimed again is renewed too (ADR 0012).
 UPDATE {ns}.jobs AS j SET visible_at = {now} + r.lease_ms
 FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, (e->>2)::bigint AS lease_ms
       FROM jsonb_array_elements(%(leases)s::jsonb) AS e) AS r
-WHERE j.id = r.id AND j.lease_token = r.token
+WHERE j.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM jsonb_array_elements(%(leases)s::jsonb) AS e))
+  AND j.id = r.id AND j.lease_token IS NOT DISTINCT FROM r.token
 RETURNING j.id, j.lease_token
 
 -- name: ack
@@ -171,7 +216,7 @@ DELETE FROM {ns}.jobs WHERE id = %(id)s AND lease_token = %(token)s RETURNING id
 DELETE FROM {ns}.jobs AS j
 USING (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token
        FROM jsonb_array_elements(%(pairs)s::jsonb) AS e) AS a
-WHERE j.id = a.id AND j.lease_token = a.token
+WHERE {by_ids} AND j.id = a.id AND j.lease_token IS NOT DISTINCT FROM a.token
 RETURNING j.id
 
 -- name: retry

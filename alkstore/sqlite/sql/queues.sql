@@ -47,17 +47,7 @@ RETURNING id
 -- its jobs in claim order, and LIMIT keeps the first n. SQLite computes `levels` where
 -- the second arm starts, so a claim its top level fills probes no other level.
 -- tests/contract/test_claim_plan.py pins the plan and the cost, test_claim_order.py the jobs.
-UPDATE {ns}__jobs SET
-    attempts = attempts + :go,
-    started = :go,
-    claimed_for = visible_at,
-    visible_at = {now} + :lease_ms,
-    lease_ms = :lease_ms,
-    lease_token = (abs(random()) % 9007199254740991) + 1,
-    history = CASE WHEN lease_token IS NULL OR NOT started THEN history
-              ELSE json_insert(history, '$[#]', json_object(
-                  'attempt', attempts, 'error', 'lease expired', 'at', visible_at))
-              END
+{claim_update}
 WHERE id IN (
     WITH RECURSIVE levels (priority, n) AS (
         SELECT (SELECT j.priority FROM {ns}__jobs AS j
@@ -89,6 +79,38 @@ WHERE id IN (
 )
 RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lease_token, lease_ms,
           enqueued_at, type, key, position, headers, payload, progress, started
+
+-- name: claim_from
+-- The claim from a cursor (docs/adr/0027): `from` is [[priority, visible_at, id], ...],
+-- highest priority first; each level's range of the claim index starts after that entry.
+-- SQLite's queues never use it (a deleted row's index entries go with it, so a full
+-- claim has nothing to walk past); it is here so that both engines run the same
+-- statements, and tests/contract/test_claim_from.py holds both to it.
+{claim_update}
+WHERE id IN (
+    SELECT j.id FROM json_each(:from) AS h CROSS JOIN {ns}__jobs AS j
+    WHERE {queue_open} AND j.queue = :queue AND j.priority = h.value ->> 0
+      AND (j.visible_at, j.id) > (h.value ->> 1, h.value ->> 2) AND j.visible_at <= {now}
+      AND j.attempts < j.max_attempts
+      AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > {now})
+    LIMIT :n
+)
+RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lease_token, lease_ms,
+          enqueued_at, type, key, position, headers, payload, progress, started
+
+-- name: claim_update_fragment
+-- What a claim writes to the jobs it takes (claim, claim_from).
+UPDATE {ns}__jobs SET
+    attempts = attempts + :go,
+    started = :go,
+    claimed_for = visible_at,
+    visible_at = {now} + :lease_ms,
+    lease_ms = :lease_ms,
+    lease_token = (abs(random()) % 9007199254740991) + 1,
+    history = CASE WHEN lease_token IS NULL OR NOT started THEN history
+              ELSE json_insert(history, '$[#]', json_object(
+                  'attempt', attempts, 'error', 'lease expired', 'at', visible_at))
+              END
 
 -- name: top_priority_fragment
 -- The highest priority of the queue's jobs (NULL: none): the first entry of the claim index.
