@@ -11,6 +11,7 @@ import alkstore
 import relay
 from tests.clock import Clock
 from tests.conftest import Backend
+from tests.contract.test_async_store import arun
 
 
 @pytest.fixture
@@ -100,3 +101,20 @@ def test_a_handler_snoozes_with_relay_snooze(backend: Backend) -> None:
         assert seen == [1, 1, 1]
         assert worker.counters["snoozed"] == 2 and worker.counters["ack"] == 1
         assert q.dead_letters() == []
+
+
+def test_the_async_job_snoozes_and_checks(backend: Backend) -> None:
+    async def body(store: alkstore.AsyncStore) -> None:
+        q = store.queue("snooze")
+        await q.enqueue({"n": 1}, dedupe_key="k", delay=5)
+        assert await q.enqueue({"n": 2}, dedupe_key="k", on_duplicate="replace") > 0
+        job = await q.claim()
+        assert job is not None and job.attempt == 1 and job.raw_payload == {"n": 2}
+        await job.check()
+        await job.snooze(0)
+        with pytest.raises(alkstore.LeaseLost):
+            await job.check()
+        job = await q.claim()
+        assert job is not None and job.attempt == 1, "the snooze did not count"
+
+    arun(backend, body)
