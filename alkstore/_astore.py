@@ -108,6 +108,14 @@ class AsyncJob(Generic[T]):
         """Renew the lease and store optional progress."""
         await self._store.run(self.job.heartbeat, progress, extend)
 
+    async def snooze(self, delay: float) -> None:
+        """As `Job.snooze`: back to waiting for `delay` seconds, the attempt not counted."""
+        await self._store.run(self.job.snooze, delay)
+
+    async def check(self) -> None:
+        """As `Job.check`: LeaseLost unless this claim still holds the job (ADR 0022)."""
+        await self._store.run(self.job.check)
+
     def __repr__(self) -> str:
         return f"<AsyncJob {self.job.queue}#{self.job.id}>"
 
@@ -135,6 +143,10 @@ class AsyncQueue:
     async def enqueue(
         self, payload: object, *, on_duplicate: Literal["ignore"], **options: Any
     ) -> int | None: ...
+    @overload
+    async def enqueue(
+        self, payload: object, *, on_duplicate: Literal["replace"], **options: Any
+    ) -> int: ...
     async def enqueue(
         self, payload: object, *, on_duplicate: _queue.OnDuplicate = "raise", **options: Any
     ) -> int | None:

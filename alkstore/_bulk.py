@@ -18,9 +18,9 @@ from typing import Any, Literal, cast
 
 import msgspec
 
-from alkstore import _backoff, _checks, _engine, _errors, _events, _tracing
+from alkstore import _backoff, _checks, _effects, _engine, _errors, _events, _tracing
 
-OnDuplicate = Literal["raise", "ignore"]
+OnDuplicate = Literal["raise", "ignore", "replace"]
 RACES = 5  # runs of a batch whose dedupe keys other transactions keep taking (PostgreSQL)
 
 Options = tuple[
@@ -211,14 +211,14 @@ def enqueue_many(
     options: dict[str, Any],
 ) -> list[int | None]:
     """`Queue.enqueue_many`: ids in input order, None for an ignored duplicate."""
-    if on_duplicate not in ("raise", "ignore"):
+    if on_duplicate not in ("raise", "ignore", "replace"):
         raise _errors.InvalidArgument(
-            f'on_duplicate must be "raise" or "ignore", got {on_duplicate!r}'
+            f'on_duplicate must be "raise", "ignore" or "replace", got {on_duplicate!r}'
         )
     batch = Batch(items, options, limit)
     if not batch:
         return []
-    if len(batch) < engine.bulk_min:
+    if len(batch) < engine.bulk_min or on_duplicate == "replace":  # replace: one by one
         ids = _one_by_one(engine, queue, batch, now, on_duplicate)
     else:
         ids = _bulk(engine, queue, batch, now, on_duplicate)
@@ -253,6 +253,14 @@ def _one_by_one(
     keys = batch.keys()
     name = "enqueue" if all(key is None for key in keys) else "enqueue_dedupe"
     ids: list[int | None] = []
+    if on_duplicate == "replace":  # in input order: a later job replaces an earlier one
+        with engine.transaction() as conn:
+            for param in params:
+                if param["dedupe_key"] is None:
+                    ids.append(int(engine.run_in(conn, "enqueue", param)[0][0]))
+                else:
+                    ids.append(_effects.replace_in(engine, conn, param))
+        return ids
     with engine.transaction() as conn:
         for result, key in zip(engine.run_many_in(conn, name, params), keys, strict=True):
             if result:

@@ -36,6 +36,11 @@ class KeyTaken(_errors.StorageError):
     batch looked (PostgreSQL); the bulk path runs the batch again."""
 
 
+class AckRefused(_errors.StorageError):
+    """A fenced ack sent with COMMIT (`Engine.ack_in`, PostgreSQL) deleted nothing: the
+    transaction was rolled back (job.transaction() raises LeaseLost; ADR 0022)."""
+
+
 class LogEntry:
     """One committed event as read from the log, in log order."""
 
@@ -164,6 +169,12 @@ class Engine(Protocol):
         self, conn: Any, name: str, params_seq: Sequence[dict[str, Any]]
     ) -> list[list[tuple[Any, ...]]]:
         """Run a named query once per params inside the transaction on `conn`; rows of each."""
+        ...
+
+    def ack_in(self, conn: Any, job_id: int, token: int | None) -> bool | None:
+        """Ack a job inside the transaction on `conn`, fenced by its lease token (ADR 0022):
+        True (deleted), False (the claim no longer holds it), or None: sent with COMMIT
+        (PostgreSQL's pipeline), whose exit then raises AckRefused if it deleted nothing."""
         ...
 
     @property

@@ -208,12 +208,22 @@ class PayloadTooLarge(InvalidPayload, QueueError, ValueError):
 class JobNotFound(QueueError):
     """No live job with this id in this queue (it finished, was cancelled, or is dead)."""
 
-    def __init__(self, job_id: int, queue: str | None = None, *, dead: bool = False) -> None:
+    def __init__(
+        self,
+        job_id: int | None,
+        queue: str | None = None,
+        *,
+        dead: bool = False,
+        dedupe_key: str | None = None,
+    ) -> None:
         self.job_id = job_id
         self.queue = queue
         self.dead = dead
+        self.dedupe_key = dedupe_key
         where = "" if queue is None else f" in queue {queue!r}"
-        if dead:
+        if job_id is None:
+            message = f"no live job with dedupe_key {dedupe_key!r}{where}"
+        elif dead:
             message = f"job {job_id} is a dead letter{where}: requeue it first (dlq requeue)"
         else:
             message = f"no live job {job_id}{where}"

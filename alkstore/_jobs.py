@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import msgspec
 
-from alkstore import _errors, _events
+from alkstore import _effects, _errors, _events, _txack
 
 if TYPE_CHECKING:
     from alkstore._queue import Queue
@@ -74,6 +74,9 @@ class Job(Generic[T]):
         "type",
     )
 
+    acked: bool = False
+    """True once `job.transaction()` committed: the job was acked with the block's writes."""
+
     def __init__(self, queue: Queue, row: tuple[Any, ...]) -> None:
         (
             self.id,
@@ -126,6 +129,15 @@ class Job(Generic[T]):
         """The job is done: delete it."""
         self._queue._ack(self)
 
+    def transaction(self) -> _txack.JobTransaction:
+        """A store transaction that also acks this job (ADR 0022): `with job.transaction()
+        as tx:` make the handler's writes on `tx.connection`, `tx.enqueue` / `tx.append`
+        follow-up work; when the block ends, the ack (fenced by this claim's lease token)
+        commits with them. A lease that was lost rolls everything back and raises
+        LeaseLost; an exception in the block rolls back and leaves the job held."""
+        inner: Any = self._queue._rt.transaction()
+        return _txack.JobTransaction(self, inner)
+
     def retry(self, delay: float | None = None, error: str | None = None) -> None:
         """Run it again after `delay` seconds (None: the backoff curve); dead-letters it
         instead when this was the last attempt."""
@@ -139,6 +151,20 @@ class Job(Generic[T]):
         """Give the job back unprocessed: visible after `delay` seconds, and this attempt
         does not count (a worker shutting down gracefully; ADR 0008)."""
         self._queue._release(self, delay)
+
+    def check(self) -> None:
+        """Raise LeaseLost (and set `lease_lost`) unless this claim still holds the job:
+        a long handler calls it between steps to stop early once the job was cancelled
+        (`queue.cancel(..., force=True)`) or taken over (ADR 0022). A read, no write."""
+        if self.acked or not _effects.holds(self._queue._engine, self.id, self.lease_token):
+            self.lease_lost = not self.acked
+            raise _errors.LeaseLost(self.id, "check")
+
+    def snooze(self, delay: float) -> None:
+        """Put the job back to wait `delay` seconds (>= 0) without counting this attempt
+        (ADR 0022): not a failure, no history entry, no backoff; the lease ends. A job
+        that snoozes for ever never runs out of attempts."""
+        self._queue._release(self, delay, "snooze")
 
     def mark_started(self) -> None:
         """For runtimes that prefetch (`claim_many(start=...)`): this job starts now, so

@@ -13,7 +13,7 @@ from typing import Any, Literal, get_args
 
 import msgspec
 
-from alkstore import _backoff, _checks, _dead, _engine, _errors, _estimates, _jobs
+from alkstore import _backoff, _checks, _dead, _effects, _engine, _errors, _estimates, _jobs
 
 JobState = Literal["ready", "scheduled", "running", "expired"]
 PurgeState = Literal["ready", "scheduled", "dead"]
@@ -140,15 +140,36 @@ class Operations(_dead.DeadLetters):
         dead (a DeadLetter), or None."""
         return find(self._engine, self._rt.now_param(), job_id, self.name)
 
-    def cancel(self, job_id: int, *, force: bool = False) -> None:
-        """Delete a waiting job (ready, scheduled or expired): it never runs.
+    def cancel(
+        self, job_id: int | None = None, *, dedupe_key: str | None = None, force: bool = False
+    ) -> None:
+        """Delete a waiting job (ready, scheduled or expired): it never runs. Name it by
+        id, or by the dedupe key it holds (`dedupe_key=`; docs/adr/0022).
 
         A running job raises JobRunning: its handler runs in a worker we cannot stop.
-        `force=True` deletes it anyway: its holder's ack, retry or fail then raise
-        LeaseLost and change nothing, and the worker's lease renewal marks it
-        `lease_lost` (a long handler may check it and stop). JobNotFound: no live job
-        with that id in this queue (a dead letter: purge_dead)."""
-        self._change(job_id, "cancel", "job_cancel", force=bool(force))
+        `force=True` deletes it anyway: its holder's ack, retry, fail, snooze, heartbeat,
+        `check()` and `transaction()` then raise LeaseLost and change nothing, and the
+        worker's lease renewal marks it `lease_lost` and cancels an async handler (a
+        long sync handler checks `job.lease_lost` or calls `job.check()` and stops).
+        JobNotFound: no live job with that id or key in this queue (a dead letter:
+        purge_dead)."""
+        if (job_id is None) == (dedupe_key is None):
+            raise _errors.InvalidArgument("cancel takes a job id or a dedupe_key (one of them)")
+        if job_id is not None:
+            self._change(job_id, "cancel", "job_cancel", force=bool(force))
+            return
+        _checks.dedupe_key(dedupe_key)
+        assert dedupe_key is not None
+        for _ in range(CHANGE_TRIES):
+            found = _effects.job_by_key(self._engine, self.name, dedupe_key)
+            if found is None:
+                break
+            try:
+                self._change(found, "cancel", "job_cancel", force=bool(force))
+                return
+            except _errors.JobNotFound:
+                continue  # it finished (or was replaced) meanwhile: look again
+        raise _errors.JobNotFound(None, self.name, dedupe_key=dedupe_key)
 
     def retry(self, job_id: int) -> None:
         """Make a waiting job claimable now: a delayed one, or one waiting out a retry's

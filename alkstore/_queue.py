@@ -21,6 +21,7 @@ from alkstore import (
     _checks,
     _config,
     _cursor,
+    _effects,
     _engine,
     _errors,
     _events,
@@ -56,6 +57,7 @@ class Runtime:
     random: random.Random = field(default_factory=random.Random)
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD
     exhausted_checked: dict[str, float] = field(default_factory=dict)  # queue -> monotonic
+    transaction: Callable[[], Any] = field(default=lambda: None)  # store.transaction (ADR 0022)
 
     def now_param(self) -> int | None:
         """The `now` of a query: None lets the database use its own clock."""
@@ -260,6 +262,10 @@ class Queue(_ops.Operations):
     def enqueue(
         self, payload: object, *, on_duplicate: Literal["ignore"], **options: Any
     ) -> int | None: ...
+    @overload
+    def enqueue(
+        self, payload: object, *, on_duplicate: Literal["replace"], **options: Any
+    ) -> int: ...
     def enqueue(
         self, payload: object, *, on_duplicate: OnDuplicate = "raise", **options: Any
     ) -> int | None:
@@ -272,8 +278,12 @@ class Queue(_ops.Operations):
             params = enqueue_params(self._rt, self.name, payload, **options)
         else:  # the common case: no option to check, and the name was checked once
             params = plain_params(self._rt, self.name, payload)
-        rows = self._engine.run(enqueue_query(params), params)
-        job_id = check_duplicate(rows, params, on_duplicate)
+        if on_duplicate == "replace":  # debounce / replace (ADR 0022)
+            with self._engine.transaction() as conn:
+                job_id: int | None = _effects.replace_in(self._engine, conn, params)
+        else:
+            rows = self._engine.run(enqueue_query(params), params)
+            job_id = check_duplicate(rows, params, on_duplicate)
         self._engine.committed()
         if observe.counts is not None and job_id is not None:
             observe.counts.enqueued(self._engine.namespace, self.name, 1)
@@ -444,10 +454,10 @@ class Queue(_ops.Operations):
         self._checked(job, "retry", "retry", delay_ms=delay_ms, attempts=job.attempt, error=error)
         self._engine.committed()
 
-    def _release(self, job: _jobs.Job[Any], delay: float) -> None:
+    def _release(self, job: _jobs.Job[Any], delay: float, operation: str = "release") -> None:
         delay_ms = int(seconds("delay", delay) * 1000)
         attempts = job.attempt - 1 if job.started else job.attempt
-        self._checked(job, "release", "release", delay_ms=delay_ms, attempts=attempts)
+        self._checked(job, operation, "release", delay_ms=delay_ms, attempts=attempts)
         self._engine.committed()
 
     def _bury(self, job: _jobs.Job[Any], reason: str) -> None:

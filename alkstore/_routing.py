@@ -68,9 +68,12 @@ def subscribe(
     queue: str,
     events: Iterable[str],
     start: Literal["now", "beginning"] | int = "now",
+    dedupe_by_key: bool = False,
     **queue_options: Any,
 ) -> Subscription:
     """Create or update a subscription. An existing one keeps its checkpoint."""
+    if not isinstance(dedupe_by_key, bool):
+        raise _errors.InvalidArgument(f"dedupe_by_key must be True or False, got {dedupe_by_key!r}")
     _config.check_name("queue", queue)
     globs = [events] if isinstance(events, str) else list(events)
     if not globs:
@@ -101,6 +104,7 @@ def subscribe(
         "now": rt.now_param(),
         "gap_first": None if gap is None else gap[0],
         "gap_last": None if gap is None else gap[1],
+        "dedupe": dedupe_by_key,
     }
     rows = rt.engine.run("subscribe", params)
     if not rows:  # the name is a sink subscription's (docs/adr/0026)

@@ -12,6 +12,7 @@ from typing import Any, Literal, overload
 from alkstore import (
     _checks,
     _config,
+    _effects,
     _engine,
     _errors,
     _events,
@@ -101,6 +102,10 @@ class Transaction:
     def enqueue(
         self, queue: str, payload: object, *, on_duplicate: Literal["ignore"], **options: Any
     ) -> int | None: ...
+    @overload
+    def enqueue(
+        self, queue: str, payload: object, *, on_duplicate: Literal["replace"], **options: Any
+    ) -> int: ...
     def enqueue(
         self,
         queue: str,
@@ -122,8 +127,11 @@ class Transaction:
         else:  # the hot path, as q.enqueue's: every option at its default
             params = _queue.plain_params(self._runtime, _config.check_name("queue", queue), payload)
             name = "enqueue"
-        rows = self._engine.run_in(self.connection, name, params)
-        job_id = _queue.check_duplicate(rows, params, on_duplicate)
+        if on_duplicate == "replace":  # debounce / replace (ADR 0022)
+            job_id: int | None = _effects.replace_in(self._engine, self.connection, params)
+        else:
+            rows = self._engine.run_in(self.connection, name, params)
+            job_id = _queue.check_duplicate(rows, params, on_duplicate)
         self.wrote = True
         if observe.counts is not None and job_id is not None:
             if self._queues is None:
@@ -220,6 +228,7 @@ class Store:
     ) -> None:
         self._engine = engine
         self._runtime = _queue.Runtime(engine, clock, random.Random(), max_payload_bytes)
+        self._runtime.transaction = self.transaction  # job.transaction() (ADR 0022)
         self.log = Log(engine)
         self.schedules = _schedules.Schedules(self._runtime)
         """Cron and interval schedules that append events (see docs/adr/0009)."""
@@ -253,6 +262,7 @@ class Store:
         events: Iterable[str],
         *,
         start: Literal["now", "beginning"] | int = "now",
+        dedupe_by_key: bool = False,
         **queue_options: Any,
     ) -> _routing.Subscription:
         """Route events whose type matches a pattern (`order.*`) into `queue`.
@@ -261,8 +271,13 @@ class Store:
         position (delivered from that position on, like `replay`). Re-subscribing
         updates the patterns and keeps the checkpoint.
         Queue options (max_attempts, backoff, visibility, dead_retention) are stored.
+        `dedupe_by_key=True`: each job takes its event's key as its dedupe key, so while a
+        job with that key is live in `queue` the relay makes none for a later event with
+        it (a schedule's firings with a key do not pile up; docs/adr/0022).
         """
-        return _routing.subscribe(self._runtime, queue, events, start, **queue_options)
+        return _routing.subscribe(
+            self._runtime, queue, events, start, dedupe_by_key, **queue_options
+        )
 
     def subscribe_sink(
         self,

@@ -30,6 +30,19 @@ class Fail(Exception):
         self.reason = reason
 
 
+class Snooze(Exception):
+    """Raise in a handler to put the job back for `delay` seconds without counting the
+    attempt (`job.snooze`; docs/adr/0022): a downstream that says "not yet"."""
+
+    def __init__(self, delay: float) -> None:
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or not delay >= 0:
+            raise alkstore.InvalidArgument(f"Snooze delay must be >= 0 seconds, got {delay!r}")
+        if delay == float("inf"):
+            raise alkstore.InvalidArgument("Snooze delay must be finite, got inf")
+        super().__init__(f"snoozed for {delay}s")
+        self.delay = float(delay)
+
+
 SyncHandler = Callable[[alkstore.Job[Any]], object]
 AsyncHandler = Callable[[alkstore.Job[Any]], Awaitable[object]]
 

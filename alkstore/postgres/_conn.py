@@ -150,6 +150,8 @@ class Connection(psycopg.Connection[TupleRow]):
         self._alk_prepared: set[bytes] = set()  # our statements that exist in the session
         self._alk_watched = False  # our cursor runs a statement: statement_ran sees its tag
         self.unnamed = False  # behind a pooler: no prepared statements (docs/adr/0020)
+        self.fenced_ack = False  # a fenced ack rides with COMMIT (ADR 0022)
+        self.failed_state = ""  # the SQLSTATE of the last pipeline's first error
 
     @property
     def _alk_role(self) -> str:
@@ -367,6 +369,7 @@ class Connection(psycopg.Connection[TupleRow]):
             last = result
             if result.status == pq.ExecStatus.FATAL_ERROR and error is None:
                 error = _result_error(result, self._alk_role)
+                self.failed_state = (result.error_field(_SQLSTATE) or b"").decode()
         pgconn.exit_pipeline_mode()
         self._alk_in_flight = False
         self._alk_unsure = False

@@ -52,6 +52,7 @@ CUSTOM = frozenset(
         "jobs_list_expired",
     }
 )
+FENCE_STATE = "22012"  # division_by_zero: the fenced ack deleted nothing (effects.sql)
 PREPARED = ("enqueue", "enqueue_dedupe")  # hot one-statement queries run on libpq (_prepared)
 CLOSE_WAIT = 2.0  # seconds close() waits for the notifier's last NOTIFY and the listener
 
@@ -98,6 +99,7 @@ class PostgresEngine:
         self._append_sql = self._q["append_event"].encode()
         # behind a pooler they run unnamed (_conn.Connection.unnamed), on libpq all the same
         self._prepared = _prepared.statements(self._q, PREPARED, namespace)
+        self._fenced = _prepared.statements(self._q, ("ack_fenced",), namespace).get("ack_fenced")
         self.bulk_min = BULK_MIN
         self.copy_min = COPY_EVENTS_MIN
         # at least 2: the sweep holds one connection while using another
@@ -175,10 +177,16 @@ class PostgresEngine:
                 except BaseException:
                     conn.rollback_store()
                     raise
-                with self._translate():
-                    conn.commit_store()
+                try:
+                    with self._translate():
+                        conn.commit_store()
+                except _errors.StorageError as exc:
+                    if conn.fenced_ack and conn.failed_state == FENCE_STATE:
+                        raise _engine.AckRefused(str(exc)) from exc
+                    raise
             finally:
                 self._in_tx.open = False
+                conn.fenced_ack = False
 
     def committed(self) -> None:
         """Our own transaction committed something: wake listeners everywhere."""
@@ -357,6 +365,17 @@ class PostgresEngine:
             else:
                 cursor = conn.execute(self._q[name], params, prepare=prepare)
             return cursor.fetchall() if cursor.description else []
+
+    def ack_in(self, conn: Any, job_id: int, token: int | None) -> bool | None:
+        """job.transaction()'s ack (ADR 0022): queued to go with COMMIT in one pipeline
+        (None: COMMIT raises AckRefused if it deleted nothing); where the connection cannot
+        pipeline (an old libpq, the application's own pipeline), a DELETE awaited now."""
+        statement = self._fenced
+        if statement is not None and conn.can_pipeline and conn.in_store_transaction:
+            conn.append(statement.name, statement.sql, [[str(job_id), str(token)]])
+            conn.fenced_ack = True
+            return None
+        return bool(self.run_in(conn, "ack", {"id": job_id, "token": token}))
 
     def run_many_in(
         self, conn: Any, name: str, params_seq: Sequence[dict[str, Any]]

@@ -293,6 +293,10 @@ class SqliteEngine:
             raise _storage_error(conn, self._namespace, exc) from exc
         return rows
 
+    def ack_in(self, conn: Any, job_id: int, token: int | None) -> bool:
+        """job.transaction()'s ack (ADR 0022): the DELETE, in the open transaction."""
+        return bool(self.run_in(conn, "ack_fenced", {"id": job_id, "token": token}))
+
     def run_many_in(
         self, conn: Any, name: str, params_seq: Sequence[dict[str, Any]]
     ) -> list[list[tuple[Any, ...]]]:

@@ -89,8 +89,10 @@ def add_parsers(commands: argparse._SubParsersAction[Parser], common: Parser) ->
     listing.add_argument("--limit", type=count(1), default=100, help="jobs shown")
     listing.add_argument("--after", type=count(0), default=0, help="start after this id")
     _imports(listing)
-    cancel = _leaf(actions, "cancel", "delete a waiting job", common)
-    cancel.add_argument("id", type=count(1))
+    cancel = _leaf(actions, "cancel", "delete a waiting job (by id, or --queue and --key)", common)
+    cancel.add_argument("id", type=count(1), nargs="?")
+    cancel.add_argument("--queue", help="the queue of the job named by --key")
+    cancel.add_argument("--key", help="the dedupe key of the job to cancel (docs/adr/0022)")
     cancel.add_argument(
         "--force", action="store_true", help="a running job too (its handler is not stopped)"
     )
@@ -272,6 +274,13 @@ def jobs(store: alkstore.Store, args: argparse.Namespace) -> int:
                 ],
             )
         return 0
+    if action == "cancel" and (args.id is None or args.key is not None):
+        if args.id is not None or args.key is None or args.queue is None:
+            raise alkstore.InvalidArgument("jobs cancel takes an id, or --queue and --key")
+        queue = store.queue(args.queue)
+        queue.cancel(dedupe_key=args.key, force=args.force)
+        result = {"queue": queue.name, "dedupe_key": args.key, "cancelled": True}
+        return _done(args, result, f"cancelled the job with key {args.key!r} of {queue.name}")
     if action == "get":
         _show.import_events(args.imports)
         _show_job(args, store.job(args.id), args.id)

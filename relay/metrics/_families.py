@@ -42,8 +42,9 @@ _WORKER_FAMILIES: list[tuple[str, str, tuple[str, ...]]] = [
     ),
     (
         "alkstore_jobs_released",
-        "Jobs given back without counting an attempt (shutdown, prefetched, unknown type).",
-        ("released", "returned", "unknown_type"),
+        "Jobs given back without counting an attempt (shutdown, prefetched, unknown type, "
+        "relay.Snooze).",
+        ("released", "returned", "unknown_type", "snoozed"),
     ),
     ("alkstore_lease_renewals", "Job leases renewed by the worker's renewal thread.", ("renewed",)),
     (

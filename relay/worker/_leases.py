@@ -122,7 +122,7 @@ class LeaseKeeper:
         late: list[_inflight.Running] = []
         renew_at = float("inf")
         for item in self._inflight.snapshot():
-            if item.abandoned:
+            if item.abandoned or item.job.acked:  # acked by job.transaction(): gone
                 continue
             items.append(item)
             at = item.renewed + item.job.lease_ms / 3000

@@ -88,7 +88,14 @@ class Outcomes:
         job = item.job
         kind, delay, reason = outcome
         seconds = time.monotonic() - started
+        acked = job.acked  # job.transaction() acked it with the handler's writes (ADR 0022)
         try:
+            if acked:
+                self._inflight.pop(job)
+                self._counters.add("ack", 1, job.queue)
+                self._counters.timed(job.queue, (seconds,))
+                self._report(job, "ack", seconds)
+                return
             with self._inflight.lock:
                 abandoned = item.abandoned
                 if kind == "ack" and not abandoned:
@@ -109,12 +116,17 @@ class Outcomes:
             self._counters.add("error", 1, job.queue)
         finally:
             self._slots.give(job.queue)
+            if acked:  # its commit woke the claim loop while the slot was still taken:
+                self._store.engine.wake.fire()  # wake it again (a drain ends at once)
 
     def record(self, job: alkstore.Job[Any], kind: str, delay: float | None, reason: str) -> str:
         """Store a retry, release or dead letter. Returns the outcome to count and report:
         the handler's (retry, timeout, fail, poison, unknown_type) or what happened instead
         (lease_lost, error). A job whose last attempt failed also counts as "dead"."""
         try:
+            if kind == "snooze":  # back to waiting, the attempt not counted (ADR 0022)
+                job.snooze(delay or 0.0)
+                return "snoozed"
             if kind == "unknown":
                 age = self._store.now() - job.enqueued_at.timestamp()
                 if age < self._grace:  # a producer may be newer than this worker: wait
@@ -174,6 +186,8 @@ class Outcomes:
 
 
 def classify(exc: BaseException) -> Outcome:
+    if isinstance(exc, _handlers.Snooze):
+        return ("snooze", exc.delay, "")
     if isinstance(exc, _handlers.Retry):
         return ("retry", exc.delay, exc.reason)
     if isinstance(exc, _handlers.Fail):

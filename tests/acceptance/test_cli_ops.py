@@ -85,6 +85,19 @@ def test_jobs_get_list_cancel_retry(backend: Backend) -> None:
         assert (out.returncode, out.stdout) == (0, f"cancelled job {running} of work\n")
 
 
+def test_jobs_cancel_by_dedupe_key(backend: Backend) -> None:
+    with backend.migrated() as store:
+        q = store.queue("work")
+        waiting = q.enqueue("later", delay=3600, dedupe_key="report-7")
+        done = as_json("jobs", "cancel", "--queue", "work", "--key", "report-7", *on(backend))
+        assert done == {"queue": "work", "dedupe_key": "report-7", "cancelled": True}
+        assert q.get(waiting) is None
+        out = cli("jobs", "cancel", "--queue", "work", "--key", "report-7", *on(backend))
+        one_line_error(out, 1, "no live job with dedupe_key 'report-7' in queue 'work'")
+        out = cli("jobs", "cancel", "--key", "report-7", *on(backend))
+        assert out.returncode != 0 and "--queue and --key" in out.stderr
+
+
 def test_dlq_list_show_and_requeue_by_filter(backend: Backend) -> None:
     with backend.migrated() as store:
         q = store.queue("mail")

@@ -332,3 +332,16 @@ def test_a_worker_refused_a_delete_stops_at_once(platform: Platform, pg_backend:
             worker.run(once=True)
         assert time.monotonic() - start < FAST
         assert len(ran) <= 1
+
+
+def test_a_producer_role_cannot_replace_a_job(platform: Platform) -> None:
+    """ADR 0022: on_duplicate="replace" updates a waiting job; the producer part has no
+    UPDATE on jobs (it must not claim), so it is refused at once, and nothing changes."""
+    with platform.connect("producer") as producer:
+        audit = producer.queue("audit")
+        audit.enqueue({"n": 1}, dedupe_key="k", delay=60)
+        refused(
+            lambda: audit.enqueue({"n": 2}, dedupe_key="k", on_duplicate="replace"),
+            "permission denied for table jobs",
+        )
+        assert audit.enqueue({"n": 3}, dedupe_key="k", on_duplicate="ignore") is None

@@ -17,7 +17,8 @@ PAIRS: list[tuple[type[Any], type[Any], list[str]]] = [
     (alkstore.AsyncQueue, alkstore.Queue, ["enqueue", "enqueue_many", "claim", "claim_many",
                                             "ack_many", "next_due", "stats", "config"]),
     (alkstore.AsyncTransaction, alkstore.Transaction, ["append", "append_many", "enqueue"]),
-    (alkstore.AsyncJob, alkstore.Job, ["ack", "retry", "fail", "release", "heartbeat"]),
+    (alkstore.AsyncJob, alkstore.Job, ["ack", "retry", "fail", "release", "heartbeat",
+                                        "snooze", "check"]),
     (alkstore.AsyncStore, alkstore.Store, ["migrate", "check"]),
 ]  # fmt: skip
 LEFT_OUT = {("claim_many", "start")}

@@ -4,12 +4,13 @@
 -- A new subscription records the positions it asked for that retention had pruned (the
 -- gap, docs/adr/0020); an existing one keeps its checkpoint and gap.
 INSERT INTO {ns}.subscriptions (queue, events, patterns, checkpoint, updated_at,
-                                gap_first, gap_last)
+                                gap_first, gap_last, dedupe)
 VALUES (%(queue)s, %(events)s::jsonb,
         ARRAY(SELECT jsonb_array_elements_text(%(patterns)s::jsonb)), %(checkpoint)s, {now},
-        %(gap_first)s, %(gap_last)s)
+        %(gap_first)s, %(gap_last)s, %(dedupe)s)
 ON CONFLICT (queue) DO UPDATE SET
-    events = excluded.events, patterns = excluded.patterns, updated_at = excluded.updated_at
+    events = excluded.events, patterns = excluded.patterns, updated_at = excluded.updated_at,
+    dedupe = excluded.dedupe
 WHERE {ns}.subscriptions.sink IS NULL  -- a sink's name is not a queue's (docs/adr/0026)
 RETURNING checkpoint, gap_first, gap_last
 
@@ -65,9 +66,10 @@ FROM low, (SELECT set_config('jit', 'off', true)) AS no_jit
 -- third of the log (docs/adr/0011).
 WITH inserted AS (
     INSERT INTO {ns}.jobs (queue, priority, visible_at, enqueued_at, max_attempts,
-                           type, key, position, headers, payload)
+                           type, key, position, headers, payload, dedupe_key)
     SELECT s.queue, 0, {now}, {now}, coalesce(q.max_attempts, {default_max_attempts}),
-           e.type, e.key, e.position, e.headers, e.payload
+           e.type, e.key, e.position, e.headers, e.payload,
+           CASE WHEN s.dedupe THEN e.key END  -- dedupe_by_key (ADR 0022)
     FROM {ns}.subscriptions AS s
     JOIN {ns}.events AS e
       ON e.position > %(low)s AND e.position <= %(high)s AND e.position > s.checkpoint
@@ -75,6 +77,7 @@ WITH inserted AS (
     WHERE s.queue IN (SELECT jsonb_array_elements_text(%(queues)s::jsonb))
       AND EXISTS (SELECT 1 FROM unnest(s.patterns) AS p WHERE e.type LIKE p)
     ORDER BY e.position, s.queue
+    ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
     RETURNING 1
 )
 SELECT count(*) FROM inserted

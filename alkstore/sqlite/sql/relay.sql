@@ -4,10 +4,11 @@
 -- A new subscription records the positions it asked for that retention had pruned (the
 -- gap, docs/adr/0020); an existing one keeps its checkpoint and gap.
 INSERT INTO {ns}__subscriptions (queue, events, patterns, checkpoint, updated_at,
-                                 gap_first, gap_last)
-VALUES (:queue, :events, :patterns, :checkpoint, {now}, :gap_first, :gap_last)
+                                 gap_first, gap_last, dedupe)
+VALUES (:queue, :events, :patterns, :checkpoint, {now}, :gap_first, :gap_last, :dedupe)
 ON CONFLICT (queue) DO UPDATE SET
-    events = excluded.events, patterns = excluded.patterns, updated_at = excluded.updated_at
+    events = excluded.events, patterns = excluded.patterns, updated_at = excluded.updated_at,
+    dedupe = excluded.dedupe
 WHERE sink IS NULL  -- a sink's name is not a queue's (docs/adr/0026): no row, refused
 RETURNING checkpoint, gap_first, gap_last
 
@@ -57,16 +58,18 @@ FROM low
 -- ORDER BY needs no sort. Without :low the plan walked the log from position 1 on every
 -- batch (docs/adr/0011).
 INSERT INTO {ns}__jobs (queue, priority, visible_at, enqueued_at, max_attempts,
-                        type, key, position, headers, payload)
+                        type, key, position, headers, payload, dedupe_key)
 SELECT s.queue, 0, {now}, {now}, coalesce(q.max_attempts, {default_max_attempts}),
-       e.type, e.key, e.position, e.headers, e.payload
+       e.type, e.key, e.position, e.headers, e.payload,
+       CASE WHEN s.dedupe THEN e.key END  -- dedupe_by_key (ADR 0022)
 FROM {ns}__subscriptions AS s
 LEFT JOIN {ns}__queues AS q ON q.name = s.queue
 CROSS JOIN {ns}__events AS e
 WHERE s.queue IN (SELECT value FROM json_each(:queues))
   AND e.position > :low AND e.position <= :high AND e.position > s.checkpoint
   AND EXISTS (SELECT 1 FROM json_each(s.events) AS p WHERE e.type GLOB p.value)
-ORDER BY s.queue, e.position;
+ORDER BY s.queue, e.position
+ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING;
 SELECT changes()
 
 -- name: relay_advance
