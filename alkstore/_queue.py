@@ -25,6 +25,7 @@ from alkstore import (
     _events,
     _jobs,
     _ops,
+    _ordering,
     _sql,
     _tracing,
     observe,
@@ -72,6 +73,8 @@ class QueueConfig(msgspec.Struct, frozen=True, kw_only=True):
     backoff: _backoff.Backoff = _backoff.DEFAULT_BACKOFF
     visibility: float = DEFAULT_VISIBILITY
     dead_retention: float | None = None
+    ordered: bool = False  # per-key ordered delivery (docs/adr/0021)
+    on_head_failure: _ordering.HeadPolicy = "block"
 
 
 # The checks live in _checks (shared with the bulk path, _bulk); these names stay for
@@ -120,8 +123,11 @@ def enqueue_params(
     expires: datetime | float | None = None,
     dedupe_key: str | None = None,
     headers: dict[str, str] | None = None,
+    group: str | None = None,
 ) -> dict[str, Any]:
-    """Validate and encode one job; raises before anything touches the database."""
+    """Validate and encode one job; raises before anything touches the database.
+    `group`: the job's key, which orders it behind the older jobs of that key when the
+    queue is ordered (docs/adr/0021)."""
     _config.check_name("queue", queue)
     if delay is not None and run_at is not None:
         raise _errors.InvalidArgument("pass delay or run_at, not both")
@@ -141,6 +147,8 @@ def enqueue_params(
     if backoff is not None:
         params["backoff"] = _backoff.encode(backoff)
     params["dedupe_key"] = dedupe_key
+    if group is not None:
+        params["key"] = _ordering.check_group(group)
     encoded_headers = _events.codec.encode_headers(_tracing.merged(headers) if headers else None)
     if encoded_headers:
         params["headers"] = encoded_headers.decode()
@@ -190,12 +198,14 @@ class Queue(_ops.Operations):
             self._config_read = now
             rows = self._engine.run("queue_config", {"queue": self.name})
             if rows:
-                attempts, backoff, visibility_ms, retention_ms = rows[0]
+                attempts, backoff, visibility_ms, retention_ms, ordered, policy = rows[0]
                 self._config = QueueConfig(
                     max_attempts=attempts,
                     backoff=_backoff.decode(backoff),
                     visibility=visibility_ms / 1000,
                     dead_retention=None if retention_ms is None else retention_ms / 1000,
+                    ordered=bool(ordered),
+                    on_head_failure=policy,
                 )
             else:
                 self._config = QueueConfig()
@@ -208,8 +218,15 @@ class Queue(_ops.Operations):
         backoff: _backoff.Backoff | None = None,
         visibility: float | None = None,
         dead_retention: float | None = None,
+        ordered: bool | None = None,
+        on_head_failure: _ordering.HeadPolicy | None = None,
     ) -> QueueConfig:
-        """Store new defaults for this queue (unspecified ones keep their value)."""
+        """Store new defaults for this queue (unspecified ones keep their value).
+
+        `ordered`: hand out the jobs of each key one at a time, in enqueue order (the
+        event key of relayed jobs, `group=` of direct ones; applies to jobs enqueued
+        from then on); `on_head_failure`: "block", "dead_letter" or "park", what a key
+        does when its head fails (docs/adr/0021, alkstore/_ordering.py)."""
         current = self.config(refresh=True)
         new = QueueConfig(
             max_attempts=current.max_attempts
@@ -222,6 +239,10 @@ class Queue(_ops.Operations):
             dead_retention=current.dead_retention
             if dead_retention is None
             else seconds("dead_retention", dead_retention, positive=True),
+            ordered=current.ordered if ordered is None else bool(ordered),
+            on_head_failure=current.on_head_failure
+            if on_head_failure is None
+            else _ordering.check_policy(on_head_failure),
         )
         self._engine.run(
             "queue_configure",
@@ -233,6 +254,8 @@ class Queue(_ops.Operations):
                 "dead_retention_ms": None
                 if new.dead_retention is None
                 else int(new.dead_retention * 1000),
+                "ordered": new.ordered,
+                "head_policy": new.on_head_failure,
             },
         )
         self._config = new
@@ -392,6 +415,8 @@ class Queue(_ops.Operations):
             return []
         pairs = _encode([[job.id, job.lease_token] for job in jobs]).decode()
         done = {row[0] for row in self._engine.run("ack_many", {"pairs": pairs})}
+        if done and self.config().ordered:
+            self._engine.committed()  # the keys' next jobs are due: wake their claimers
         return [job.id for job in jobs if job.id not in done]
 
     def _checked(self, job: _jobs.Job[Any], operation: str, name: str, **params: Any) -> None:
@@ -402,12 +427,15 @@ class Queue(_ops.Operations):
 
     def _ack(self, job: _jobs.Job[Any]) -> None:
         self._checked(job, "ack", "ack")
+        if job.key is not None and self.config().ordered:
+            self._engine.committed()  # the key's next job is due: wake its claimers
 
     def _retry(self, job: _jobs.Job[Any], delay: float | None, error: str | None) -> None:
         error = "retry requested" if error is None else _checks.reason(error)
         if delay is not None:
             seconds("delay", delay)  # checked even when this attempt was the last
-        if job.attempt >= job.max_attempts:
+        policy = _ordering.policy_of(self, job)
+        if job.attempt >= job.max_attempts or policy == "dead_letter":
             self._bury(job, error)
             return
         if delay is None:
@@ -425,12 +453,27 @@ class Queue(_ops.Operations):
 
     def _bury(self, job: _jobs.Job[Any], reason: str) -> None:
         reason = _checks.reason(reason)
+        if _ordering.policy_of(self, job) == "park":  # the key waits for an operator
+            _ordering.park(self, job, reason)
+            return
         self._checked(job, "fail", "bury", attempts=job.attempt, reason=reason)
+        if job.key is not None and self.config().ordered:
+            self._engine.committed()  # the key's next job is due
 
     def _heartbeat(self, job: _jobs.Job[Any], progress: Any, extend: float | None) -> None:
         lease = job.lease_ms if extend is None else lease_ms("extend", extend)
         encoded = None if progress is None else _events.codec.encode_value(progress)
         self._checked(job, "heartbeat", "heartbeat", lease_ms=lease, progress=encoded)
+
+    def unpark(self, key: str, *, drop: bool = False, reason: str | None = None) -> int | None:
+        """Release a key parked by the "park" policy (docs/adr/0021): its head is due
+        again now with its attempts back, or with `drop=True` goes to the dead letters
+        (`reason`) and the key goes on. Returns the head's id; None: not parked."""
+        return _ordering.unpark(self, key, drop=drop, reason=reason)
+
+    def parked(self) -> dict[str, int]:
+        """The keys the "park" policy stopped, each with its head's id, in key order."""
+        return _ordering.parked(self)
 
     # -- stats ---------------------------------------------------------------------
 

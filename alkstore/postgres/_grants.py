@@ -40,6 +40,7 @@ TABLES = (
     "schedules",
     "schedule_firings",
     "workers",
+    "job_groups",  # written only by the ordering triggers, with their owner's rights
 )
 SEQUENCER = "sequence_events(integer)"
 

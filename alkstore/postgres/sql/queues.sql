@@ -1,14 +1,27 @@
 -- Queue queries of the PostgreSQL engine. One statement each: autocommit makes
 -- every operation atomic. Parameters are named; times are epoch milliseconds.
 
+-- name: held_fragment
+-- The visible_at of a job held behind its key's head in an ordered queue (docs/adr/0021,
+-- migration 0008): past any real time, so no claim reads it.
+9000000000000000
+
+-- name: parked_fragment
+-- The visible_at of a parked head (docs/adr/0021); held jobs are above it.
+8000000000000000
+
 -- name: queue_config
-SELECT max_attempts, backoff::text, visibility_ms, dead_retention_ms
+SELECT max_attempts, backoff::text, visibility_ms, dead_retention_ms, ordered, head_policy
 FROM {ns}.queues WHERE name = %(queue)s
 
 -- name: queue_configure
-INSERT INTO {ns}.queues (name, max_attempts, backoff, visibility_ms, dead_retention_ms)
-VALUES (%(queue)s, %(max_attempts)s, %(backoff)s::jsonb, %(visibility_ms)s, %(dead_retention_ms)s)
+INSERT INTO {ns}.queues (name, max_attempts, backoff, visibility_ms, dead_retention_ms,
+                         ordered, head_policy)
+VALUES (%(queue)s, %(max_attempts)s, %(backoff)s::jsonb, %(visibility_ms)s, %(dead_retention_ms)s,
+        %(ordered)s, %(head_policy)s)
 ON CONFLICT (name) DO UPDATE SET
+    ordered = excluded.ordered,
+    head_policy = excluded.head_policy,
     max_attempts = excluded.max_attempts,
     backoff = excluded.backoff,
     visibility_ms = excluded.visibility_ms,
@@ -16,25 +29,25 @@ ON CONFLICT (name) DO UPDATE SET
 
 -- name: enqueue
 INSERT INTO {ns}.jobs (queue, priority, visible_at, enqueued_at, expires_at, max_attempts,
-                       backoff, dedupe_key, type, key, position, headers, payload)
+                       backoff, dedupe_key, type, key, position, headers, payload, grp)
 VALUES (%(queue)s, %(priority)s, coalesce(%(run_at)s::bigint, {now} + %(delay_ms)s::bigint),
         {now}, coalesce(%(expires_at)s::bigint, {now} + %(expires_ms)s::bigint),
         coalesce(%(max_attempts)s,
                  (SELECT max_attempts FROM {ns}.queues WHERE name = %(queue)s), {default_max_attempts}),
         %(backoff)s::jsonb, %(dedupe_key)s, %(type)s, %(key)s, %(position)s,
-        %(headers)s::jsonb, %(payload)s::jsonb)
+        %(headers)s::jsonb, %(payload)s::jsonb, {ordered_key})
 RETURNING id
 
 -- name: enqueue_dedupe
 -- With a dedupe key: a live duplicate inserts nothing (and does not abort the transaction).
 INSERT INTO {ns}.jobs (queue, priority, visible_at, enqueued_at, expires_at, max_attempts,
-                       backoff, dedupe_key, type, key, position, headers, payload)
+                       backoff, dedupe_key, type, key, position, headers, payload, grp)
 VALUES (%(queue)s, %(priority)s, coalesce(%(run_at)s::bigint, {now} + %(delay_ms)s::bigint),
         {now}, coalesce(%(expires_at)s::bigint, {now} + %(expires_ms)s::bigint),
         coalesce(%(max_attempts)s,
                  (SELECT max_attempts FROM {ns}.queues WHERE name = %(queue)s), {default_max_attempts}),
         %(backoff)s::jsonb, %(dedupe_key)s, %(type)s, %(key)s, %(position)s,
-        %(headers)s::jsonb, %(payload)s::jsonb)
+        %(headers)s::jsonb, %(payload)s::jsonb, {ordered_key})
 ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
 
@@ -107,6 +120,12 @@ RETURNING j.id, j.queue, j.priority, j.claimed_for, j.attempts, j.max_attempts, 
           j.lease_token, j.lease_ms, j.enqueued_at, j.type, j.key, j.position,
           j.headers::text, j.payload::text, j.progress::text, j.started
 
+-- name: ordered_key_fragment
+-- A job's ordering key (docs/adr/0021): its key, when its queue is ordered.
+CASE WHEN %(key)s::text IS NOT NULL
+     THEN (SELECT CASE WHEN ordered THEN %(key)s::text END
+           FROM {ns}.queues WHERE name = %(queue)s) END
+
 -- name: top_priority_fragment
 -- The highest priority of the queue's jobs (NULL: none): the first entry of the claim index.
 -- NULL too while the queue is paused (operations.sql): then a claim reads no job.
@@ -139,6 +158,7 @@ LEFT JOIN LATERAL (
            END AS due
     FROM {ns}.jobs AS j
     WHERE j.queue = %(queue)s AND j.priority = l.priority AND l.n <= %(levels)s
+      AND j.visible_at < {parked}  -- held and parked jobs fall due at no time
       AND j.attempts < j.max_attempts
       AND (j.expires_at IS NULL OR j.attempts > 0
            OR j.expires_at > greatest(j.visible_at, {now}))
@@ -208,12 +228,12 @@ WITH dead AS (
 )
 INSERT INTO {ns}.dead_letters (id, queue, priority, enqueued_at, attempts, max_attempts, backoff,
                                dedupe_key, type, key, position, headers, payload, history,
-                               reason, died_at)
+                               reason, died_at, grp)
 SELECT id, queue, priority, enqueued_at, %(attempts)s, max_attempts, backoff, dedupe_key, type,
        key, position, headers, payload,
        history || jsonb_build_array(jsonb_build_object(
            'attempt', %(attempts)s::int, 'error', %(reason)s::text, 'at', {now})),
-       %(reason)s, {now}
+       %(reason)s, {now}, grp
 FROM dead
 RETURNING id
 
@@ -228,30 +248,48 @@ WITH dead AS (
 )
 INSERT INTO {ns}.dead_letters (id, queue, priority, enqueued_at, attempts, max_attempts, backoff,
                                dedupe_key, type, key, position, headers, payload, history,
-                               reason, died_at)
+                               reason, died_at, grp)
 SELECT id, queue, priority, enqueued_at, attempts, max_attempts, backoff, dedupe_key, type, key,
-       position, headers, payload, history, 'expired', {now}
+       position, headers, payload, history, 'expired', {now}, grp
 FROM dead
 RETURNING id
 
 -- name: sweep_exhausted
-WITH dead AS (
+-- The head of a key in an ordered queue whose policy is park (docs/adr/0021) is parked
+-- instead: it stays its key's head, and the key waits for an operator.
+WITH parking AS (
+    SELECT name FROM {ns}.queues WHERE head_policy = 'park'
+), parked AS (
+    UPDATE {ns}.jobs AS j SET
+        visible_at = {parked}, lease_token = NULL, started = false,
+        history = CASE WHEN j.lease_token IS NULL THEN j.history
+                  ELSE j.history || jsonb_build_array(jsonb_build_object(
+                      'attempt', j.attempts, 'error', 'lease expired', 'at', j.visible_at)) END
+    WHERE j.id IN (
+        SELECT id FROM {ns}.jobs
+        WHERE attempts >= max_attempts AND grp IS NOT NULL AND visible_at < {parked}
+          AND (lease_token IS NULL OR (visible_at <= {now} AND {up_for_lease}))
+          AND queue IN (SELECT name FROM parking)
+        LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
+    RETURNING j.id
+), dead AS (
     DELETE FROM {ns}.jobs WHERE id IN (
         SELECT id FROM {ns}.jobs
-        WHERE attempts >= max_attempts
+        WHERE attempts >= max_attempts AND visible_at < {parked}
           AND (lease_token IS NULL OR (visible_at <= {now} AND {up_for_lease}))
+          AND NOT (grp IS NOT NULL AND queue IN (SELECT name FROM parking))
         LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
     RETURNING *
 )
 INSERT INTO {ns}.dead_letters (id, queue, priority, enqueued_at, attempts, max_attempts, backoff,
                                dedupe_key, type, key, position, headers, payload, history,
-                               reason, died_at)
+                               reason, died_at, grp)
 SELECT id, queue, priority, enqueued_at, attempts, max_attempts, backoff, dedupe_key, type, key,
        position, headers, payload,
        CASE WHEN lease_token IS NULL THEN history
        ELSE history || jsonb_build_array(jsonb_build_object(
            'attempt', attempts, 'error', 'lease expired', 'at', visible_at)) END,
-       CASE WHEN lease_token IS NULL THEN 'attempts exhausted' ELSE 'lease expired' END, {now}
+       CASE WHEN lease_token IS NULL THEN 'attempts exhausted' ELSE 'lease expired' END, {now}, grp
 FROM dead
 RETURNING id
 
@@ -307,11 +345,11 @@ WITH back AS (
     RETURNING *
 )
 INSERT INTO {ns}.jobs (id, queue, priority, visible_at, enqueued_at, attempts, max_attempts,
-                       backoff, dedupe_key, type, key, position, headers, payload, history)
+                       backoff, dedupe_key, type, key, position, headers, payload, history, grp)
 OVERRIDING SYSTEM VALUE
 SELECT id, queue, priority, {now}, enqueued_at,
        CASE WHEN %(reset)s THEN 0 ELSE least(attempts, max_attempts - 1) END,
-       max_attempts, backoff, dedupe_key, type, key, position, headers, payload, history
+       max_attempts, backoff, dedupe_key, type, key, position, headers, payload, history, grp
 FROM back
 RETURNING id
 
@@ -370,3 +408,45 @@ ORDER BY id
 -- back and runs again (_bulk.py).
 COPY {ns}.jobs (queue, enqueued_at, priority, visible_at, expires_at, max_attempts,
                 backoff, dedupe_key, type, headers, payload) FROM STDIN
+
+
+-- name: park
+-- A head of an ordered queue that failed for good under the park policy (docs/adr/0021):
+-- it stays its key's head, unclaimable, until `Queue.unpark`.
+UPDATE {ns}.jobs SET
+    visible_at = {parked},
+    lease_token = NULL,
+    started = false,
+    attempts = %(attempts)s,
+    history = history || jsonb_build_array(jsonb_build_object(
+        'attempt', %(attempts)s::int, 'error', %(error)s::text, 'at', {now}))
+WHERE id = %(id)s AND lease_token = %(token)s
+RETURNING id
+
+-- name: unpark
+-- Release a parked key: its head is due now, with its attempts back.
+UPDATE {ns}.jobs SET visible_at = {now}, attempts = 0
+WHERE queue = %(queue)s AND grp = %(grp)s AND visible_at = {parked} AND held_due IS NULL
+RETURNING id
+
+-- name: drop_parked
+-- Release a parked key without its head: the head goes to the dead letters, the key's
+-- next job becomes the head (the promotion trigger, migration 0008).
+WITH dead AS (
+    DELETE FROM {ns}.jobs
+    WHERE queue = %(queue)s AND grp = %(grp)s AND visible_at = {parked} AND held_due IS NULL
+    RETURNING *
+)
+INSERT INTO {ns}.dead_letters (id, queue, priority, enqueued_at, attempts, max_attempts, backoff,
+                               dedupe_key, type, key, position, headers, payload, history,
+                               reason, died_at, grp)
+SELECT id, queue, priority, enqueued_at, attempts, max_attempts, backoff, dedupe_key, type, key,
+       position, headers, payload, history, %(reason)s, {now}, grp
+FROM dead
+RETURNING id
+
+-- name: parked_keys
+-- The parked keys of an ordered queue, with their heads, in key order.
+SELECT grp, id FROM {ns}.jobs
+WHERE queue = %(queue)s AND visible_at = {parked} AND held_due IS NULL AND grp IS NOT NULL
+ORDER BY grp

@@ -1,14 +1,27 @@
 -- Queue queries of the SQLite engine. Each runs in one BEGIN IMMEDIATE
 -- transaction (several statements share the named parameters). Times: epoch ms.
 
+-- name: held_fragment
+-- The visible_at of a job held behind its key's head in an ordered queue (docs/adr/0021,
+-- migration 0008): past any real time, so no claim reads it.
+9000000000000000
+
+-- name: parked_fragment
+-- The visible_at of a parked head (docs/adr/0021); held jobs are above it.
+8000000000000000
+
 -- name: queue_config
-SELECT max_attempts, backoff, visibility_ms, dead_retention_ms
+SELECT max_attempts, backoff, visibility_ms, dead_retention_ms, ordered, head_policy
 FROM {ns}__queues WHERE name = :queue
 
 -- name: queue_configure
-INSERT INTO {ns}__queues (name, max_attempts, backoff, visibility_ms, dead_retention_ms)
-VALUES (:queue, :max_attempts, :backoff, :visibility_ms, :dead_retention_ms)
+INSERT INTO {ns}__queues (name, max_attempts, backoff, visibility_ms, dead_retention_ms,
+                          ordered, head_policy)
+VALUES (:queue, :max_attempts, :backoff, :visibility_ms, :dead_retention_ms,
+        :ordered, :head_policy)
 ON CONFLICT (name) DO UPDATE SET
+    ordered = excluded.ordered,
+    head_policy = excluded.head_policy,
     max_attempts = excluded.max_attempts,
     backoff = excluded.backoff,
     visibility_ms = excluded.visibility_ms,
@@ -16,21 +29,23 @@ ON CONFLICT (name) DO UPDATE SET
 
 -- name: enqueue
 INSERT INTO {ns}__jobs (queue, priority, visible_at, enqueued_at, expires_at, max_attempts,
-                        backoff, dedupe_key, type, key, position, headers, payload)
+                        backoff, dedupe_key, type, key, position, headers, payload, grp)
 VALUES (:queue, :priority, coalesce(:run_at, {now} + :delay_ms), {now},
         coalesce(:expires_at, {now} + :expires_ms),
         coalesce(:max_attempts, (SELECT max_attempts FROM {ns}__queues WHERE name = :queue), {default_max_attempts}),
-        :backoff, :dedupe_key, :type, :key, :position, :headers, :payload)
+        :backoff, :dedupe_key, :type, :key, :position, :headers, :payload,
+        {ordered_key})
 RETURNING id
 
 -- name: enqueue_dedupe
 -- With a dedupe key: a live duplicate inserts nothing (and does not abort the transaction).
 INSERT INTO {ns}__jobs (queue, priority, visible_at, enqueued_at, expires_at, max_attempts,
-                        backoff, dedupe_key, type, key, position, headers, payload)
+                        backoff, dedupe_key, type, key, position, headers, payload, grp)
 VALUES (:queue, :priority, coalesce(:run_at, {now} + :delay_ms), {now},
         coalesce(:expires_at, {now} + :expires_ms),
         coalesce(:max_attempts, (SELECT max_attempts FROM {ns}__queues WHERE name = :queue), {default_max_attempts}),
-        :backoff, :dedupe_key, :type, :key, :position, :headers, :payload)
+        :backoff, :dedupe_key, :type, :key, :position, :headers, :payload,
+        {ordered_key})
 ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
 
@@ -90,6 +105,11 @@ WHERE id IN (
 RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lease_token, lease_ms,
           enqueued_at, type, key, position, headers, payload, progress, started
 
+-- name: ordered_key_fragment
+-- A job's ordering key (docs/adr/0021): its key, when its queue is ordered.
+CASE WHEN :key IS NOT NULL THEN (SELECT CASE WHEN ordered THEN :key END
+                                 FROM {ns}__queues WHERE name = :queue) END
+
 -- name: top_priority_fragment
 -- The highest priority of the queue's jobs (NULL: none): the first entry of the claim index.
 -- NULL too while the queue is paused (operations.sql): then a claim reads no job. (In the
@@ -116,6 +136,7 @@ WITH RECURSIVE levels (priority, n) AS (
 SELECT min(CASE WHEN l.n <= :levels THEN (
            SELECT j.visible_at FROM {ns}__jobs AS j
            WHERE j.queue = :queue AND j.priority = l.priority
+             AND j.visible_at < {parked}  -- held and parked jobs fall due at no time
              AND j.attempts < j.max_attempts
              AND (j.expires_at IS NULL OR j.attempts > 0
                   OR j.expires_at > max(j.visible_at, {now}))
@@ -183,12 +204,12 @@ RETURNING id
 -- name: bury
 INSERT INTO {ns}__dead_letters (id, queue, priority, enqueued_at, attempts, max_attempts, backoff,
                                 dedupe_key, type, key, position, headers, payload, history,
-                                reason, died_at)
+                                reason, died_at, grp)
 SELECT id, queue, priority, enqueued_at, :attempts, max_attempts, backoff, dedupe_key, type, key,
        position, headers, payload,
        json_insert(history, '$[#]', json_object('attempt', :attempts, 'error', :reason,
                                                 'at', {now})),
-       :reason, {now}
+       :reason, {now}, grp
 FROM {ns}__jobs WHERE id = :id AND lease_token = :token
 RETURNING id;
 DELETE FROM {ns}__jobs WHERE id = :id AND lease_token = :token
@@ -202,27 +223,41 @@ WHERE expires_at <= {now} AND attempts = 0 AND expires_at IS NOT NULL
 LIMIT :batch;
 INSERT INTO {ns}__dead_letters (id, queue, priority, enqueued_at, attempts, max_attempts, backoff,
                                 dedupe_key, type, key, position, headers, payload, history,
-                                reason, died_at)
+                                reason, died_at, grp)
 SELECT id, queue, priority, enqueued_at, attempts, max_attempts, backoff, dedupe_key, type, key,
-       position, headers, payload, history, 'expired', {now}
+       position, headers, payload, history, 'expired', {now}, grp
 FROM {ns}__jobs WHERE id IN (SELECT id FROM temp.sweep_ids)
 RETURNING id;
 DELETE FROM {ns}__jobs WHERE id IN (SELECT id FROM temp.sweep_ids)
 
 -- name: sweep_exhausted
+-- The head of a key in an ordered queue whose policy is park (docs/adr/0021) is parked
+-- instead: it stays its key's head, and the key waits for an operator.
+UPDATE {ns}__jobs SET
+    visible_at = {parked}, lease_token = NULL, started = 0,
+    history = CASE WHEN lease_token IS NULL THEN history
+              ELSE json_insert(history, '$[#]', json_object(
+                  'attempt', attempts, 'error', 'lease expired', 'at', visible_at)) END
+WHERE id IN (
+    SELECT id FROM {ns}__jobs
+    WHERE attempts >= max_attempts AND (lease_token IS NULL OR visible_at <= {now})
+      AND grp IS NOT NULL AND visible_at < {parked}
+      AND queue IN (SELECT name FROM {ns}__queues WHERE head_policy = 'park')
+    LIMIT :batch);
 CREATE TEMP TABLE IF NOT EXISTS sweep_ids (id INTEGER PRIMARY KEY);
 DELETE FROM temp.sweep_ids;
 INSERT INTO temp.sweep_ids SELECT id FROM {ns}__jobs
-WHERE attempts >= max_attempts AND (lease_token IS NULL OR visible_at <= {now}) LIMIT :batch;
+WHERE attempts >= max_attempts AND (lease_token IS NULL OR visible_at <= {now})
+  AND visible_at < {parked} LIMIT :batch;
 INSERT INTO {ns}__dead_letters (id, queue, priority, enqueued_at, attempts, max_attempts, backoff,
                                 dedupe_key, type, key, position, headers, payload, history,
-                                reason, died_at)
+                                reason, died_at, grp)
 SELECT id, queue, priority, enqueued_at, attempts, max_attempts, backoff, dedupe_key, type, key,
        position, headers, payload,
        CASE WHEN lease_token IS NULL THEN history
        ELSE json_insert(history, '$[#]', json_object(
            'attempt', attempts, 'error', 'lease expired', 'at', visible_at)) END,
-       CASE WHEN lease_token IS NULL THEN 'attempts exhausted' ELSE 'lease expired' END, {now}
+       CASE WHEN lease_token IS NULL THEN 'attempts exhausted' ELSE 'lease expired' END, {now}, grp
 FROM {ns}__jobs WHERE id IN (SELECT id FROM temp.sweep_ids)
 RETURNING id;
 DELETE FROM {ns}__jobs WHERE id IN (SELECT id FROM temp.sweep_ids)
@@ -269,10 +304,11 @@ WHERE d.queue = :queue AND (:all OR d.id IN (SELECT value FROM json_each(:ids)))
       WHERE o.queue = d.queue AND o.dedupe_key = d.dedupe_key AND o.id < d.id
         AND (:all OR o.id IN (SELECT value FROM json_each(:ids))));
 INSERT INTO {ns}__jobs (id, queue, priority, visible_at, enqueued_at, attempts, max_attempts,
-                        backoff, dedupe_key, type, key, position, headers, payload, history)
+                        backoff, dedupe_key, type, key, position, headers, payload, history,
+                        grp)
 SELECT id, queue, priority, {now}, enqueued_at,
        CASE WHEN :reset THEN 0 ELSE min(attempts, max_attempts - 1) END,
-       max_attempts, backoff, dedupe_key, type, key, position, headers, payload, history
+       max_attempts, backoff, dedupe_key, type, key, position, headers, payload, history, grp
 FROM {ns}__dead_letters WHERE id IN (SELECT id FROM temp.requeue_ids)
 RETURNING id;
 DELETE FROM {ns}__dead_letters WHERE id IN (SELECT id FROM temp.requeue_ids)
@@ -317,3 +353,43 @@ INSERT INTO {ns}__jobs (queue, enqueued_at, priority, visible_at, expires_at, ma
                         backoff, dedupe_key, type, headers, payload)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
 RETURNING id
+
+
+-- name: park
+-- A head of an ordered queue that failed for good under the park policy (docs/adr/0021):
+-- it stays its key's head, unclaimable, until `Queue.unpark`.
+UPDATE {ns}__jobs SET
+    visible_at = {parked},
+    lease_token = NULL,
+    started = 0,
+    attempts = :attempts,
+    history = json_insert(history, '$[#]', json_object(
+        'attempt', :attempts, 'error', :error, 'at', {now}))
+WHERE id = :id AND lease_token = :token
+RETURNING id
+
+-- name: unpark
+-- Release a parked key: its head is due now, with its attempts back.
+UPDATE {ns}__jobs SET visible_at = {now}, attempts = 0
+WHERE queue = :queue AND grp = :grp AND visible_at = {parked} AND held_due IS NULL
+RETURNING id
+
+-- name: drop_parked
+-- Release a parked key without its head: the head goes to the dead letters, the key's
+-- next job becomes the head (the promotion trigger, migration 0008).
+INSERT INTO {ns}__dead_letters (id, queue, priority, enqueued_at, attempts, max_attempts, backoff,
+                                dedupe_key, type, key, position, headers, payload, history,
+                                reason, died_at, grp)
+SELECT id, queue, priority, enqueued_at, attempts, max_attempts, backoff, dedupe_key, type, key,
+       position, headers, payload, history, :reason, {now}, grp
+FROM {ns}__jobs
+WHERE queue = :queue AND grp = :grp AND visible_at = {parked} AND held_due IS NULL
+RETURNING id;
+DELETE FROM {ns}__jobs
+WHERE queue = :queue AND grp = :grp AND visible_at = {parked} AND held_due IS NULL
+
+-- name: parked_keys
+-- The parked keys of an ordered queue, with their heads, in key order.
+SELECT grp, id FROM {ns}__jobs
+WHERE queue = :queue AND visible_at = {parked} AND held_due IS NULL AND grp IS NOT NULL
+ORDER BY grp

@@ -1,0 +1,39 @@
+-- Flow control (docs/adr/0021): per-key ordered delivery.
+-- A queue declared `ordered` gives each job with a key (the event key of a relayed job,
+-- the `group=` of a direct enqueue) that key in `grp`. Of a key's live jobs only the
+-- head (the oldest) is claimable; the others are held: visible_at is the HELD sentinel
+-- (9e15 ms, past any real time, so the unchanged claim never reads them) and held_due
+-- keeps the run time they take when they become the head. A head that failed for good
+-- under the `park` policy waits at the PARKED sentinel (8e15) until an operator releases
+-- its key. Triggers keep this true on every path that adds or removes a job (enqueue,
+-- relay fan-out, requeue; ack, bury, sweeps, cancel, purge).
+ALTER TABLE {ns}__jobs ADD COLUMN grp TEXT;
+ALTER TABLE {ns}__jobs ADD COLUMN held_due INTEGER;
+ALTER TABLE {ns}__dead_letters ADD COLUMN grp TEXT;
+ALTER TABLE {ns}__queues ADD COLUMN ordered INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE {ns}__queues ADD COLUMN head_policy TEXT NOT NULL DEFAULT 'block'
+    CHECK (head_policy IN ('block', 'dead_letter', 'park'));
+CREATE INDEX {ns}__jobs_group ON {ns}__jobs (queue, grp, id) WHERE grp IS NOT NULL;
+
+-- A new job of a key that has live jobs is held behind them (one writer at a time:
+-- nothing can slip in between the look and the write).
+CREATE TRIGGER {ns}__jobs_hold AFTER INSERT ON {ns}__jobs
+WHEN new.grp IS NOT NULL AND EXISTS (
+    SELECT 1 FROM {ns}__jobs AS o
+    WHERE o.queue = new.queue AND o.grp = new.grp AND o.id <> new.id)
+BEGIN
+    UPDATE {ns}__jobs SET held_due = visible_at, visible_at = 9000000000000000
+    WHERE id = new.id;
+END;
+
+-- The head left (acked, dead-lettered, cancelled): the key's next job becomes the head,
+-- due at its own run time.
+CREATE TRIGGER {ns}__jobs_promote AFTER DELETE ON {ns}__jobs
+WHEN old.grp IS NOT NULL AND old.held_due IS NULL
+BEGIN
+    UPDATE {ns}__jobs SET visible_at = held_due, held_due = NULL
+    WHERE id = (SELECT o.id FROM {ns}__jobs AS o
+                WHERE o.queue = old.queue AND o.grp = old.grp
+                ORDER BY o.id LIMIT 1)
+      AND held_due IS NOT NULL;
+END;
