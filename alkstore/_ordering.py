@@ -25,11 +25,29 @@ from alkstore import _checks, _errors
 
 if TYPE_CHECKING:
     from alkstore._jobs import Job
-    from alkstore._queue import Queue
+    from alkstore._queue import Queue, QueueConfig
 
 HeadPolicy = Literal["block", "dead_letter", "park"]
 POLICIES: tuple[str, ...] = get_args(HeadPolicy)
 MAX_GROUP_BYTES = 1_000  # a group key is an index key: keep it an identifier's size
+KEY_SCAN = 1_000  # claimable jobs a claim with a key limit looks at, at most (ADR 0021)
+
+
+def limit(name: str, value: object, current: int | None) -> int | None:
+    """A limit given to `configure`: None keeps the current one, 0 removes it."""
+    if value is None:
+        return current
+    return _checks.whole(name, value, 0) or None
+
+
+def limit_params(params: dict[str, Any], config: QueueConfig, n: int) -> None:
+    """The limits of a claim_limited run. With a key limit the claim looks further than
+    n jobs: those of keys at their limit are passed over."""
+    params["limit"] = config.concurrency
+    params["key_limit"] = config.key_concurrency
+    params["rate"] = config.rate_limit
+    params["period"] = round(config.rate_period * 1000)
+    params["scan"] = max(n, min(KEY_SCAN, 8 * n)) if config.key_concurrency else n
 
 
 def check_policy(policy: object) -> HeadPolicy:

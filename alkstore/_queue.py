@@ -75,6 +75,14 @@ class QueueConfig(msgspec.Struct, frozen=True, kw_only=True):
     dead_retention: float | None = None
     ordered: bool = False  # per-key ordered delivery (docs/adr/0021)
     on_head_failure: _ordering.HeadPolicy = "block"
+    concurrency: int | None = None  # cluster-wide limits (docs/adr/0021); None: none
+    key_concurrency: int | None = None
+    rate_limit: int | None = None  # starts per rate_period seconds
+    rate_period: float = 1.0
+
+    @property
+    def limited(self) -> bool:
+        return bool(self.concurrency or self.key_concurrency or self.rate_limit)
 
 
 # The checks live in _checks (shared with the bulk path, _bulk); these names stay for
@@ -198,7 +206,8 @@ class Queue(_ops.Operations):
             self._config_read = now
             rows = self._engine.run("queue_config", {"queue": self.name})
             if rows:
-                attempts, backoff, visibility_ms, retention_ms, ordered, policy = rows[0]
+                attempts, backoff, visibility_ms, retention_ms, ordered, policy = rows[0][:6]
+                limit, key_limit, rate, period_ms = rows[0][6:]
                 self._config = QueueConfig(
                     max_attempts=attempts,
                     backoff=_backoff.decode(backoff),
@@ -206,6 +215,10 @@ class Queue(_ops.Operations):
                     dead_retention=None if retention_ms is None else retention_ms / 1000,
                     ordered=bool(ordered),
                     on_head_failure=policy,
+                    concurrency=limit,
+                    key_concurrency=key_limit,
+                    rate_limit=rate,
+                    rate_period=1.0 if period_ms is None else period_ms / 1000,
                 )
             else:
                 self._config = QueueConfig()
@@ -220,13 +233,22 @@ class Queue(_ops.Operations):
         dead_retention: float | None = None,
         ordered: bool | None = None,
         on_head_failure: _ordering.HeadPolicy | None = None,
+        concurrency: int | None = None,
+        key_concurrency: int | None = None,
+        rate_limit: int | None = None,
+        rate_period: float | None = None,
     ) -> QueueConfig:
         """Store new defaults for this queue (unspecified ones keep their value).
 
         `ordered`: hand out the jobs of each key one at a time, in enqueue order (the
         event key of relayed jobs, `group=` of direct ones; applies to jobs enqueued
         from then on); `on_head_failure`: "block", "dead_letter" or "park", what a key
-        does when its head fails (docs/adr/0021, alkstore/_ordering.py)."""
+        does when its head fails (docs/adr/0021, alkstore/_ordering.py).
+
+        Cluster-wide limits, enforced by the database when jobs are claimed (0 removes
+        one): `concurrency`, the most jobs of the queue leased at once across every
+        process; `key_concurrency`, the most per job key; `rate_limit`, the most jobs
+        started per `rate_period` seconds (default 1)."""
         current = self.config(refresh=True)
         new = QueueConfig(
             max_attempts=current.max_attempts
@@ -243,6 +265,14 @@ class Queue(_ops.Operations):
             on_head_failure=current.on_head_failure
             if on_head_failure is None
             else _ordering.check_policy(on_head_failure),
+            concurrency=_ordering.limit("concurrency", concurrency, current.concurrency),
+            key_concurrency=_ordering.limit(
+                "key_concurrency", key_concurrency, current.key_concurrency
+            ),
+            rate_limit=_ordering.limit("rate_limit", rate_limit, current.rate_limit),
+            rate_period=current.rate_period
+            if rate_period is None
+            else lease_ms("rate_period", rate_period) / 1000,
         )
         self._engine.run(
             "queue_configure",
@@ -256,6 +286,10 @@ class Queue(_ops.Operations):
                 else int(new.dead_retention * 1000),
                 "ordered": new.ordered,
                 "head_policy": new.on_head_failure,
+                "limit": new.concurrency,
+                "key_limit": new.key_concurrency,
+                "rate": new.rate_limit,
+                "period": round(new.rate_period * 1000),
             },
         )
         self._config = new
@@ -350,10 +384,15 @@ class Queue(_ops.Operations):
         # Two plain claims when some start and some are prefetched: the started ones are
         # first in claim order. (One statement that ranks the rows with a window cost
         # SQLite 5-7 us more per claimed job: the worker's whole margin.)
-        rows = self._engine.run("claim", params)
+        query = "claim"
+        config = self.config()
+        if config.limited:  # the limits' own claim (docs/adr/0021)
+            query = "claim_limited"
+            _ordering.limit_params(params, config, n)
+        rows = self._engine.run(query, params)
         if 0 < start < n and len(rows) == start:
             params.update(n=n - start, go=0)
-            rows += self._engine.run("claim", params)
+            rows += self._engine.run(query, params)
         jobs: list[_jobs.Job[Any]] = []
         for row in rows:
             try:  # Job(...), not Job[Any](...): a subscripted generic costs a setattr per job

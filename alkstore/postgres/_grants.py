@@ -41,6 +41,7 @@ TABLES = (
     "schedule_firings",
     "workers",
     "job_groups",  # written only by the ordering triggers, with their owner's rights
+    "rate_windows",  # written only by claim_limited, with its owner's rights
 )
 SEQUENCER = "sequence_events(integer)"
 

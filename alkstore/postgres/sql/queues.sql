@@ -11,15 +11,21 @@
 8000000000000000
 
 -- name: queue_config
-SELECT max_attempts, backoff::text, visibility_ms, dead_retention_ms, ordered, head_policy
+SELECT max_attempts, backoff::text, visibility_ms, dead_retention_ms, ordered, head_policy,
+       concurrency, key_concurrency, rate_limit, rate_period_ms
 FROM {ns}.queues WHERE name = %(queue)s
 
 -- name: queue_configure
 INSERT INTO {ns}.queues (name, max_attempts, backoff, visibility_ms, dead_retention_ms,
-                         ordered, head_policy)
+                         ordered, head_policy, concurrency, key_concurrency, rate_limit,
+                         rate_period_ms)
 VALUES (%(queue)s, %(max_attempts)s, %(backoff)s::jsonb, %(visibility_ms)s, %(dead_retention_ms)s,
-        %(ordered)s, %(head_policy)s)
+        %(ordered)s, %(head_policy)s, %(limit)s, %(key_limit)s, %(rate)s, %(period)s)
 ON CONFLICT (name) DO UPDATE SET
+    concurrency = excluded.concurrency,
+    key_concurrency = excluded.key_concurrency,
+    rate_limit = excluded.rate_limit,
+    rate_period_ms = excluded.rate_period_ms,
     ordered = excluded.ordered,
     head_policy = excluded.head_policy,
     max_attempts = excluded.max_attempts,
@@ -450,3 +456,10 @@ RETURNING id
 SELECT grp, id FROM {ns}.jobs
 WHERE queue = %(queue)s AND visible_at = {parked} AND held_due IS NULL AND grp IS NOT NULL
 ORDER BY grp
+
+-- name: claim_limited
+-- The claim of a queue with limits (docs/adr/0021; the function is migration 0008's);
+-- a queue without keeps `claim`.
+SELECT * FROM {ns}.claim_limited(
+    %(queue)s::text, %(now)s::bigint, %(lease_ms)s::bigint, %(n)s::int, %(go)s::int,
+    %(scan)s::int, %(limit)s::int, %(key_limit)s::int, %(rate)s::int, %(period)s::bigint)

@@ -11,15 +11,21 @@
 8000000000000000
 
 -- name: queue_config
-SELECT max_attempts, backoff, visibility_ms, dead_retention_ms, ordered, head_policy
+SELECT max_attempts, backoff, visibility_ms, dead_retention_ms, ordered, head_policy,
+       concurrency, key_concurrency, rate_limit, rate_period_ms
 FROM {ns}__queues WHERE name = :queue
 
 -- name: queue_configure
 INSERT INTO {ns}__queues (name, max_attempts, backoff, visibility_ms, dead_retention_ms,
-                          ordered, head_policy)
+                          ordered, head_policy, concurrency, key_concurrency, rate_limit,
+                          rate_period_ms)
 VALUES (:queue, :max_attempts, :backoff, :visibility_ms, :dead_retention_ms,
-        :ordered, :head_policy)
+        :ordered, :head_policy, :limit, :key_limit, :rate, :period)
 ON CONFLICT (name) DO UPDATE SET
+    concurrency = excluded.concurrency,
+    key_concurrency = excluded.key_concurrency,
+    rate_limit = excluded.rate_limit,
+    rate_period_ms = excluded.rate_period_ms,
     ordered = excluded.ordered,
     head_policy = excluded.head_policy,
     max_attempts = excluded.max_attempts,
@@ -393,3 +399,67 @@ WHERE queue = :queue AND grp = :grp AND visible_at = {parked} AND held_due IS NU
 SELECT grp, id FROM {ns}__jobs
 WHERE queue = :queue AND visible_at = {parked} AND held_due IS NULL AND grp IS NOT NULL
 ORDER BY grp
+
+-- name: claim_limited
+-- The claim of a queue with limits (docs/adr/0021); a queue without keeps `claim`. One
+-- writer at a time (BEGIN IMMEDIATE), so the counts below are the truth when the jobs
+-- are leased. Running: the queue's live leases (the jobs_leases index: every lease in
+-- the database that has not run out, the queue's picked among them). The candidates:
+-- the first :scan claimable jobs in claim order (the walk of the claim index); of
+-- them, in claim order, those whose key is under :key_limit counting the ones before
+-- them, at most :n, what :limit leaves and what the rate window leaves. Then the rate
+-- window counts what was claimed (changes(): the rows of the UPDATE).
+UPDATE {ns}__jobs SET
+    attempts = attempts + :go,
+    started = :go,
+    claimed_for = visible_at,
+    visible_at = {now} + :lease_ms,
+    lease_ms = :lease_ms,
+    lease_token = (abs(random()) % 9007199254740991) + 1,
+    history = CASE WHEN lease_token IS NULL OR NOT started THEN history
+              ELSE json_insert(history, '$[#]', json_object(
+                  'attempt', attempts, 'error', 'lease expired', 'at', visible_at))
+              END
+WHERE id IN (
+    WITH running AS (
+        SELECT r.key FROM {ns}__jobs AS r
+        WHERE r.lease_token IS NOT NULL AND r.visible_at > {now} AND r.queue = :queue
+    ), rate AS (
+        SELECT CASE
+            WHEN w.window_start = ({now} / :period) * :period
+            THEN w.prev * (:period - ({now} - w.window_start)) * 1.0 / :period + w.cur
+            WHEN w.window_start = ({now} / :period) * :period - :period
+            THEN w.cur * (:period - ({now} - w.window_start - :period)) * 1.0 / :period
+            ELSE 0 END AS used
+        FROM {ns}__rate_windows AS w WHERE w.queue = :queue
+    ), cand AS (
+        SELECT c.id, c.key, c.priority, c.visible_at,
+               row_number() OVER (PARTITION BY c.key
+                                  ORDER BY c.priority DESC, c.visible_at, c.id) AS rk
+        FROM (SELECT j.id, j.key, j.priority, j.visible_at FROM {ns}__jobs AS j
+              WHERE j.queue = :queue AND +j.visible_at <= {now}
+                AND j.attempts < j.max_attempts
+                AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > {now})
+                AND {queue_open}
+              ORDER BY j.priority DESC, j.visible_at, j.id
+              LIMIT :scan) AS c
+    )
+    SELECT c.id FROM cand AS c
+    WHERE :key_limit IS NULL OR c.key IS NULL
+       OR c.rk + (SELECT count(*) FROM running AS r WHERE r.key = c.key) <= :key_limit
+    ORDER BY c.priority DESC, c.visible_at, c.id
+    LIMIT max(0, min(:n,
+                     coalesce(:limit - (SELECT count(*) FROM running), :n),
+                     coalesce(CAST(:rate - coalesce((SELECT used FROM rate), 0) AS INTEGER), :n)))
+)
+RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lease_token, lease_ms,
+          enqueued_at, type, key, position, headers, payload, progress, started;
+INSERT INTO {ns}__rate_windows (queue, window_start, prev, cur)
+SELECT :queue, ({now} / :period) * :period, 0, changes() WHERE :rate IS NOT NULL
+ON CONFLICT (queue) DO UPDATE SET
+    prev = CASE WHEN window_start = excluded.window_start THEN prev
+                WHEN window_start = excluded.window_start - :period THEN cur
+                ELSE 0 END,
+    cur = CASE WHEN window_start = excluded.window_start THEN cur + excluded.cur
+               ELSE excluded.cur END,
+    window_start = excluded.window_start

@@ -37,3 +37,22 @@ BEGIN
                 ORDER BY o.id LIMIT 1)
       AND held_due IS NOT NULL;
 END;
+
+-- Cluster-wide limits (docs/adr/0021), read by the claim of a limited queue only
+-- (claim_limited): at most `concurrency` leases of the queue at once, at most
+-- `key_concurrency` per job key, at most `rate_limit` starts per `rate_period_ms`.
+-- NULL: no such limit. Leases are the slots: a crashed holder's come back when its
+-- lease runs out, with nothing to clean up.
+ALTER TABLE {ns}__queues ADD COLUMN concurrency INTEGER CHECK (concurrency >= 1);
+ALTER TABLE {ns}__queues ADD COLUMN key_concurrency INTEGER CHECK (key_concurrency >= 1);
+ALTER TABLE {ns}__queues ADD COLUMN rate_limit INTEGER CHECK (rate_limit >= 1);
+ALTER TABLE {ns}__queues ADD COLUMN rate_period_ms INTEGER CHECK (rate_period_ms >= 1);
+
+-- A rate-limited queue's starts: `cur` in the period that began at window_start, `prev`
+-- in the one before (a sliding window counter).
+CREATE TABLE {ns}__rate_windows (
+    queue        TEXT PRIMARY KEY,
+    window_start INTEGER NOT NULL,
+    prev         INTEGER NOT NULL,
+    cur          INTEGER NOT NULL
+);
