@@ -111,3 +111,58 @@ def test_processes_keep_each_keys_order(backend: Backend, tmp_path: Path) -> Non
         check_order(found)
         assert any(not run[3] for run in found)  # failures were injected
         assert store.queue(flow_worker.QUEUE).dead_letters() == []
+
+
+def peak(intervals: list[tuple[float, float]]) -> int:
+    """The most intervals open at one instant."""
+    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    most = now = 0
+    for _, step in edges:  # an end sorts before a start at the same instant
+        now += step
+        most = max(most, now)
+    return most
+
+
+LIMIT, KEY_LIMIT = 6, 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_processes_never_exceed_the_limits(backend: Backend, tmp_path: Path) -> None:
+    """4 processes of 8 handlers each on a queue limited to 6 jobs at once, 2 per key:
+    the handlers' own samples of the leases and their run times never show more."""
+    keys, per_key = KEYS // 4, JOBS // 5
+    with backend.migrated() as store:
+        queue = store.queue(flow_worker.QUEUE)
+        queue.configure(
+            concurrency=LIMIT, key_concurrency=KEY_LIMIT, max_attempts=50, backoff=alkstore.Fixed(0)
+        )
+        with store.transaction() as tx:
+            for seq in range(per_key):
+                for key in range(keys):
+                    tx.enqueue(flow_worker.QUEUE, {"seq": seq}, group=f"k{key}")
+        fed = tmp_path / "fed"
+        fed.touch()
+        ctx = multiprocessing.get_context("spawn")
+        paths = [tmp_path / f"runs-{n}.txt" for n in range(PROCESSES)]
+        procs = [
+            ctx.Process(
+                target=flow_worker.main,
+                args=(backend.url, backend.namespace, str(path), 8, FAIL_RATE, True, str(fed)),
+            )
+            for path in paths
+        ]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(240)
+            assert proc.exitcode == 0
+        found = runs(paths)
+        assert sum(run[3] for run in found) == keys * per_key  # every job succeeded once
+        assert max(run[6] for run in found) <= LIMIT  # the leases each handler saw
+        assert peak([(run[4], run[5]) for run in found]) <= LIMIT
+        by_key: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for run in found:
+            by_key[run[0]].append((run[4], run[5]))
+        assert max(peak(intervals) for intervals in by_key.values()) <= KEY_LIMIT
+        assert peak([(run[4], run[5]) for run in found]) == LIMIT  # the limit did bind
