@@ -421,9 +421,10 @@ UPDATE {ns}__jobs SET
                   'attempt', attempts, 'error', 'lease expired', 'at', visible_at))
               END
 WHERE id IN (
-    WITH running AS (
-        SELECT r.key FROM {ns}__jobs AS r
+    WITH running AS MATERIALIZED (  -- once per claim, not once per candidate
+        SELECT r.key, count(*) AS n FROM {ns}__jobs AS r
         WHERE r.lease_token IS NOT NULL AND r.visible_at > {now} AND r.queue = :queue
+        GROUP BY r.key
     ), rate AS (
         SELECT CASE
             WHEN w.window_start = ({now} / :period) * :period
@@ -444,12 +445,11 @@ WHERE id IN (
               ORDER BY j.priority DESC, j.visible_at, j.id
               LIMIT :scan) AS c
     )
-    SELECT c.id FROM cand AS c
-    WHERE :key_limit IS NULL OR c.key IS NULL
-       OR c.rk + (SELECT count(*) FROM running AS r WHERE r.key = c.key) <= :key_limit
+    SELECT c.id FROM cand AS c LEFT JOIN running AS r ON r.key = c.key
+    WHERE :key_limit IS NULL OR c.key IS NULL OR c.rk + coalesce(r.n, 0) <= :key_limit
     ORDER BY c.priority DESC, c.visible_at, c.id
     LIMIT max(0, min(:n,
-                     coalesce(:limit - (SELECT count(*) FROM running), :n),
+                     coalesce(:limit - (SELECT coalesce(sum(n), 0) FROM running), :n),
                      coalesce(CAST(:rate - coalesce((SELECT used FROM rate), 0) AS INTEGER), :n)))
 )
 RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lease_token, lease_ms,

@@ -130,9 +130,10 @@ BEGIN
         RETURN;
     END IF;
     RETURN QUERY
-    WITH running AS (
-        SELECT r.key FROM {ns}.jobs AS r
+    WITH running AS MATERIALIZED (  -- once per claim, not once per candidate
+        SELECT r.key, count(*) AS n FROM {ns}.jobs AS r
         WHERE r.lease_token IS NOT NULL AND r.visible_at > v_now AND r.queue = p_queue
+        GROUP BY r.key
     ), cand AS (
         SELECT c.id, c.key, c.priority, c.visible_at,
                row_number() OVER (PARTITION BY c.key
@@ -148,9 +149,8 @@ BEGIN
               LIMIT p_scan
               FOR UPDATE SKIP LOCKED) AS c
     ), pick AS (
-        SELECT c.id FROM cand AS c
-        WHERE p_key_limit IS NULL OR c.key IS NULL
-           OR c.rk + (SELECT count(*) FROM running AS r WHERE r.key = c.key) <= p_key_limit
+        SELECT c.id FROM cand AS c LEFT JOIN running AS r ON r.key = c.key
+        WHERE p_key_limit IS NULL OR c.key IS NULL OR c.rk + coalesce(r.n, 0) <= p_key_limit
         ORDER BY c.priority DESC, c.visible_at, c.id
         LIMIT v_take
     ), done AS (
