@@ -50,6 +50,11 @@ def limit_params(params: dict[str, Any], config: QueueConfig, n: int) -> None:
     params["scan"] = max(n, min(KEY_SCAN, 8 * n)) if config.key_concurrency else n
 
 
+def limited_query(config: QueueConfig) -> str:
+    """The claim of a limited queue: without a key limit, the leaner one (SQLite)."""
+    return "claim_limited" if config.key_concurrency else "claim_capped"
+
+
 def check_policy(policy: object) -> HeadPolicy:
     if policy not in POLICIES:
         raise _errors.InvalidArgument(

@@ -387,7 +387,7 @@ class Queue(_ops.Operations):
         query = "claim"
         config = self.config()
         if config.limited:  # the limits' own claim (docs/adr/0021)
-            query = "claim_limited"
+            query = _ordering.limited_query(config)
             _ordering.limit_params(params, config, n)
         rows = self._engine.run(query, params)
         if 0 < start < n and len(rows) == start:

@@ -13,7 +13,8 @@ key (`--keys` keys x `--per-key` jobs), in a fresh namespace per drain. Measurem
 (A / B alternate, medians of `--reps`):
 
 1. ordered / unordered: the queue configured `ordered=True` (one job per key at a
-   time, in order) against the same jobs in a plain queue. Target >= 0.6.
+   time, in order) against the same jobs in a plain queue. Target >= 0.6. Also through
+   the worker runtime: `relay.Worker(store)` with a no-op handler, `run(once=True)`.
 2. hot key: an ordered queue where one key holds `--hot` jobs enqueued before all the
    others: the rate at which the other keys' jobs drain against (1). Target: the hot
    key does not slow the others (about 1.0); the hot key itself goes one job per claim.
@@ -42,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/fl
 import psycopg
 
 import alkstore
+import relay
 from bench._common import base_parser, git_commit, load_average, make_backend
 
 QUEUE = "flow"
@@ -84,6 +86,31 @@ def one_drain(url: str, options: dict[str, Any], keys: int, per_key: int, hot: i
             queue.configure(**options)
         fill(store, keys, per_key, hot)
         seconds, _ = drain(queue, keys * per_key, "hot" if hot else None)
+        return keys * per_key / seconds
+    finally:
+        drop(store, url)
+
+
+def one_worker_drain(url: str, options: dict[str, Any], keys: int, per_key: int) -> float:
+    """jobs/s of the worker runtime draining keys x per_key jobs (`run(once=True)`, a
+    no-op handler, the library's defaults), in this process."""
+    store = alkstore.connect(url, namespace=f"b_{uuid.uuid4().hex[:10]}")
+    try:
+        store.migrate()
+        queue = store.queue(QUEUE)
+        if options:
+            queue.configure(**options)
+        fill(store, keys, per_key)
+        worker = relay.Worker(store)
+
+        @worker.handler(QUEUE)
+        def noop(job: alkstore.Job[Any]) -> None:
+            pass
+
+        t0 = time.perf_counter()
+        worker.run(once=True)
+        seconds = time.perf_counter() - t0
+        assert queue.stats().ready == 0, "the drain ended early"
         return keys * per_key / seconds
     finally:
         drop(store, url)
@@ -162,6 +189,13 @@ def main() -> None:
                 return lambda: one_drain(url, options, keys, per_key, hot)
 
             ratio("ordered / unordered", reps, with_({"ordered": True}), plain)
+
+            def worker(options: dict[str, Any], url: str = url) -> Callable[[], float]:
+                return lambda: one_worker_drain(url, options, keys, per_key)
+
+            ratio(
+                "worker runtime: ordered / unordered", reps, worker({"ordered": True}), worker({})
+            )
             ratio(
                 f"others beside a hot key of {args.hot} / ordered without",
                 reps,

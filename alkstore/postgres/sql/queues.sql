@@ -463,3 +463,9 @@ ORDER BY grp
 SELECT * FROM {ns}.claim_limited(
     %(queue)s::text, %(now)s::bigint, %(lease_ms)s::bigint, %(n)s::int, %(go)s::int,
     %(scan)s::int, %(limit)s::int, %(key_limit)s::int, %(rate)s::int, %(period)s::bigint)
+
+-- name: claim_capped
+-- The same function: it takes the lean path itself when there is no key limit.
+SELECT * FROM {ns}.claim_limited(
+    %(queue)s::text, %(now)s::bigint, %(lease_ms)s::bigint, %(n)s::int, %(go)s::int,
+    %(scan)s::int, %(limit)s::int, %(key_limit)s::int, %(rate)s::int, %(period)s::bigint)

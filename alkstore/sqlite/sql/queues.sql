@@ -422,7 +422,7 @@ UPDATE {ns}__jobs SET
               END
 WHERE id IN (
     WITH running AS MATERIALIZED (  -- once per claim, not once per candidate
-        SELECT r.key, count(*) AS n FROM {ns}__jobs AS r
+        SELECT r.key, count(*) AS n FROM {ns}__jobs AS r INDEXED BY {ns}__jobs_leases
         WHERE r.lease_token IS NOT NULL AND r.visible_at > {now} AND r.queue = :queue
         GROUP BY r.key
     ), rate AS (
@@ -451,6 +451,54 @@ WHERE id IN (
     LIMIT max(0, min(:n,
                      coalesce(:limit - (SELECT coalesce(sum(n), 0) FROM running), :n),
                      coalesce(CAST(:rate - coalesce((SELECT used FROM rate), 0) AS INTEGER), :n)))
+)
+RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lease_token, lease_ms,
+          enqueued_at, type, key, position, headers, payload, progress, started;
+INSERT INTO {ns}__rate_windows (queue, window_start, prev, cur)
+SELECT :queue, ({now} / :period) * :period, 0, changes() WHERE :rate IS NOT NULL
+ON CONFLICT (queue) DO UPDATE SET
+    prev = CASE WHEN window_start = excluded.window_start THEN prev
+                WHEN window_start = excluded.window_start - :period THEN cur
+                ELSE 0 END,
+    cur = CASE WHEN window_start = excluded.window_start THEN cur + excluded.cur
+               ELSE excluded.cur END,
+    window_start = excluded.window_start
+
+-- name: claim_capped
+-- claim_limited without a key limit (docs/adr/0021): the plain walk of the claim index
+-- in claim order, as many as the queue's limit and the rate window leave (LIMIT is
+-- computed once). Running: the live leases of the whole database (the jobs_leases
+-- index, forced: the planner's choice, the claim index, reads every job of the queue).
+UPDATE {ns}__jobs SET
+    attempts = attempts + :go,
+    started = :go,
+    claimed_for = visible_at,
+    visible_at = {now} + :lease_ms,
+    lease_ms = :lease_ms,
+    lease_token = (abs(random()) % 9007199254740991) + 1,
+    history = CASE WHEN lease_token IS NULL OR NOT started THEN history
+              ELSE json_insert(history, '$[#]', json_object(
+                  'attempt', attempts, 'error', 'lease expired', 'at', visible_at))
+              END
+WHERE id IN (
+    SELECT j.id FROM {ns}__jobs AS j
+    WHERE j.queue = :queue AND +j.visible_at <= {now}
+      AND j.attempts < j.max_attempts
+      AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > {now})
+      AND {queue_open}
+    ORDER BY j.priority DESC, j.visible_at, j.id
+    LIMIT max(0, min(:n,
+        coalesce(:limit - (SELECT count(*) FROM {ns}__jobs AS r INDEXED BY {ns}__jobs_leases
+                           WHERE r.lease_token IS NOT NULL AND r.visible_at > {now}
+                             AND r.queue = :queue), :n),
+        coalesce(CAST(:rate - coalesce((
+            SELECT CASE
+                WHEN w.window_start = ({now} / :period) * :period
+                THEN w.prev * (:period - ({now} - w.window_start)) * 1.0 / :period + w.cur
+                WHEN w.window_start = ({now} / :period) * :period - :period
+                THEN w.cur * (:period - ({now} - w.window_start - :period)) * 1.0 / :period
+                ELSE 0 END
+            FROM {ns}__rate_windows AS w WHERE w.queue = :queue), 0) AS INTEGER), :n)))
 )
 RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lease_token, lease_ms,
           enqueued_at, type, key, position, headers, payload, progress, started;

@@ -129,6 +129,38 @@ BEGIN
     IF v_take <= 0 THEN
         RETURN;
     END IF;
+    IF p_key_limit IS NULL THEN  -- the lean path: the first v_take claimable jobs
+        RETURN QUERY
+        WITH pick AS (
+            SELECT j.id FROM {ns}.jobs AS j
+            WHERE j.queue = p_queue AND j.visible_at <= v_now
+              AND j.attempts < j.max_attempts
+              AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > v_now)
+              AND (j.lease_token IS NULL OR p_now IS NOT NULL
+                   OR v_now - (extract(epoch FROM pg_postmaster_start_time()) * 1000)::bigint
+                      >= j.lease_ms)
+            ORDER BY j.priority DESC, j.visible_at, j.id
+            LIMIT v_take
+            FOR UPDATE SKIP LOCKED
+        ), done AS (
+        UPDATE {ns}.jobs AS j SET
+            attempts = j.attempts + p_go,
+            started = p_go::boolean,
+            claimed_for = j.visible_at,
+            visible_at = v_now + p_lease_ms,
+            lease_ms = p_lease_ms,
+            lease_token = floor(random() * 9007199254740991)::bigint + 1,
+            history = CASE WHEN j.lease_token IS NULL OR NOT j.started THEN j.history
+                      ELSE j.history || jsonb_build_array(jsonb_build_object(
+                          'attempt', j.attempts, 'error', 'lease expired', 'at', j.visible_at))
+                      END
+        WHERE j.id = ANY(ARRAY(SELECT id FROM pick))
+        RETURNING j.id, j.queue, j.priority, j.claimed_for, j.attempts, j.max_attempts,
+                  j.backoff::text, j.lease_token, j.lease_ms, j.enqueued_at, j.type, j.key,
+                  j.position, j.headers::text, j.payload::text, j.progress::text, j.started
+        )
+        SELECT * FROM done;
+    ELSE
     RETURN QUERY
     WITH running AS MATERIALIZED (  -- once per claim, not once per candidate
         SELECT r.key, count(*) AS n FROM {ns}.jobs AS r
@@ -171,6 +203,7 @@ BEGIN
               j.position, j.headers::text, j.payload::text, j.progress::text, j.started
     )
     SELECT * FROM done;
+    END IF;
     GET DIAGNOSTICS v_got = ROW_COUNT;
     IF p_rate IS NOT NULL AND v_got > 0 THEN
         INSERT INTO {ns}.rate_windows AS r (queue, window_start, prev, cur)
