@@ -47,12 +47,14 @@ def limit_params(params: dict[str, Any], config: QueueConfig, n: int) -> None:
     params["key_limit"] = config.key_concurrency
     params["rate"] = config.rate_limit
     params["period"] = round(config.rate_period * 1000)
-    params["scan"] = max(n, min(KEY_SCAN, 8 * n)) if config.key_concurrency else n
+    params["key_rate"] = config.key_rate_limit
+    keyed = config.key_concurrency or config.key_rate_limit
+    params["scan"] = max(n, min(KEY_SCAN, 8 * n)) if keyed else n
 
 
 def limited_query(config: QueueConfig) -> str:
     """The claim of a limited queue: without a key limit, the leaner one (SQLite)."""
-    return "claim_limited" if config.key_concurrency else "claim_capped"
+    return "claim_limited" if config.key_concurrency or config.key_rate_limit else "claim_capped"
 
 
 def check_policy(policy: object) -> HeadPolicy:

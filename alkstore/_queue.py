@@ -79,10 +79,13 @@ class QueueConfig(msgspec.Struct, frozen=True, kw_only=True):
     key_concurrency: int | None = None
     rate_limit: int | None = None  # starts per rate_period seconds
     rate_period: float = 1.0
+    key_rate_limit: int | None = None  # starts per rate_period per job key
 
     @property
     def limited(self) -> bool:
-        return bool(self.concurrency or self.key_concurrency or self.rate_limit)
+        return bool(
+            self.concurrency or self.key_concurrency or self.rate_limit or self.key_rate_limit
+        )
 
 
 # The checks live in _checks (shared with the bulk path, _bulk); these names stay for
@@ -207,7 +210,7 @@ class Queue(_ops.Operations):
             rows = self._engine.run("queue_config", {"queue": self.name})
             if rows:
                 attempts, backoff, visibility_ms, retention_ms, ordered, policy = rows[0][:6]
-                limit, key_limit, rate, period_ms = rows[0][6:]
+                limit, key_limit, rate, period_ms, key_rate = rows[0][6:]
                 self._config = QueueConfig(
                     max_attempts=attempts,
                     backoff=_backoff.decode(backoff),
@@ -219,6 +222,7 @@ class Queue(_ops.Operations):
                     key_concurrency=key_limit,
                     rate_limit=rate,
                     rate_period=1.0 if period_ms is None else period_ms / 1000,
+                    key_rate_limit=key_rate,
                 )
             else:
                 self._config = QueueConfig()
@@ -237,6 +241,7 @@ class Queue(_ops.Operations):
         key_concurrency: int | None = None,
         rate_limit: int | None = None,
         rate_period: float | None = None,
+        key_rate_limit: int | None = None,
     ) -> QueueConfig:
         """Store new defaults for this queue (unspecified ones keep their value).
 
@@ -248,7 +253,8 @@ class Queue(_ops.Operations):
         Cluster-wide limits, enforced by the database when jobs are claimed (0 removes
         one): `concurrency`, the most jobs of the queue leased at once across every
         process; `key_concurrency`, the most per job key; `rate_limit`, the most jobs
-        started per `rate_period` seconds (default 1)."""
+        started per `rate_period` seconds (default 1); `key_rate_limit`, the same per
+        job key."""
         current = self.config(refresh=True)
         new = QueueConfig(
             max_attempts=current.max_attempts
@@ -273,6 +279,9 @@ class Queue(_ops.Operations):
             rate_period=current.rate_period
             if rate_period is None
             else lease_ms("rate_period", rate_period) / 1000,
+            key_rate_limit=_ordering.limit(
+                "key_rate_limit", key_rate_limit, current.key_rate_limit
+            ),
         )
         self._engine.run(
             "queue_configure",
@@ -290,6 +299,7 @@ class Queue(_ops.Operations):
                 "key_limit": new.key_concurrency,
                 "rate": new.rate_limit,
                 "period": round(new.rate_period * 1000),
+                "key_rate": new.key_rate_limit,
             },
         )
         self._config = new

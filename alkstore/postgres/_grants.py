@@ -42,6 +42,7 @@ TABLES = (
     "workers",
     "job_groups",  # written only by the ordering triggers, with their owner's rights
     "rate_windows",  # written only by claim_limited, with its owner's rights
+    "key_rate_windows",  # the same
 )
 SEQUENCER = "sequence_events(integer)"
 

@@ -42,6 +42,7 @@ KEYS = ["a", "b", "c"]
 EXAMPLES = int(os.environ.get("ALKSTORE_LIMITS_EXAMPLES", "40"))
 STEPS = int(os.environ.get("ALKSTORE_LIMITS_STEPS", "40"))
 bounds = st.one_of(st.none(), st.integers(1, 4))
+rates = st.one_of(st.none(), st.integers(1, 6))
 
 
 @dataclass
@@ -58,24 +59,44 @@ class Model:
         self.limit: int | None = None
         self.key_limit: int | None = None
         self.rate: int | None = None
+        self.key_rate: int | None = None
         self.window: tuple[int, int, int] | None = None  # window_start, prev, cur
+        self.key_windows: dict[str, tuple[int, int, int]] = {}
         self.starts: Counter[int] = Counter()  # aligned period -> jobs claimed in it
 
     def running(self, now: int) -> list[Job]:
         return [j for j in self.jobs.values() if j.token is not None and j.due > now]
 
+    @staticmethod
+    def used(window: tuple[int, int, int] | None, now: int) -> float:
+        """The sliding window counter of the ADR: the current period's starts and the
+        previous period's, weighted by how much of it the sliding period still covers."""
+        start = now // PERIOD_MS * PERIOD_MS
+        if window is None:
+            return 0.0
+        ws, prev, cur = window
+        if ws == start:
+            return prev * (PERIOD_MS - (now - start)) / PERIOD_MS + cur
+        if ws == start - PERIOD_MS:
+            return cur * (PERIOD_MS - (now - start)) / PERIOD_MS
+        return 0.0
+
+    @staticmethod
+    def add(window: tuple[int, int, int] | None, now: int, got: int) -> tuple[int, int, int]:
+        start = now // PERIOD_MS * PERIOD_MS
+        if window is None:
+            return (start, 0, got)
+        ws, prev, cur = window
+        if ws == start:
+            return (start, prev, cur + got)
+        if ws == start - PERIOD_MS:
+            return (start, cur, got)
+        return (start, 0, got)
+
     def rate_left(self, now: int) -> int | None:
         if self.rate is None:
             return None
-        start = now // PERIOD_MS * PERIOD_MS
-        used = 0.0
-        if self.window is not None:
-            ws, prev, cur = self.window
-            if ws == start:
-                used = prev * (PERIOD_MS - (now - start)) / PERIOD_MS + cur
-            elif ws == start - PERIOD_MS:
-                used = cur * (PERIOD_MS - (now - start)) / PERIOD_MS
-        return math.floor(self.rate - used)
+        return math.floor(self.rate - self.used(self.window, now))
 
     def next_claims(self, now: int, n: int) -> list[Job]:
         running = self.running(now)
@@ -90,28 +111,29 @@ class Model:
         per_key = Counter(j.key for j in running)
         ready = sorted((j for j in self.jobs.values() if j.due <= now), key=lambda j: (j.due, j.id))
         picked = []
+        ranked: Counter[str | None] = Counter()
         for job in ready:
-            if self.key_limit is not None and job.key is not None:
-                if per_key[job.key] >= self.key_limit:
+            if job.key is not None:
+                ranked[job.key] += 1  # the job's rank among its key's candidates
+                rank = ranked[job.key]
+                if self.key_limit is not None and rank + per_key[job.key] > self.key_limit:
                     continue
-                per_key[job.key] += 1
+                used = self.used(self.key_windows.get(job.key), now)
+                if self.key_rate is not None and rank > self.key_rate - used:
+                    continue
             picked.append(job)
         return picked[:take]
 
-    def counted(self, now: int, got: int) -> None:
-        if self.rate is None or got == 0:
-            return
-        start = now // PERIOD_MS * PERIOD_MS
-        if self.window is None:
-            self.window = (start, 0, got)
-            return
-        ws, prev, cur = self.window
-        if ws == start:
-            self.window = (start, prev, cur + got)
-        elif ws == start - PERIOD_MS:
-            self.window = (start, cur, got)
-        else:
-            self.window = (start, 0, got)
+    def counted(self, now: int, jobs: list[Job]) -> None:
+        if self.rate is not None and jobs:
+            self.window = self.add(self.window, now, len(jobs))
+        if self.key_rate is not None:
+            for key, got in Counter(j.key for j in jobs if j.key is not None).items():
+                self.key_windows[key] = self.add(self.key_windows.get(key), now, got)
+            start = now // PERIOD_MS * PERIOD_MS
+            self.key_windows = {
+                k: w for k, w in self.key_windows.items() if w[0] >= start - PERIOD_MS
+            }
 
 
 def machine_for(backend: Backend, directory: Path) -> type[RuleBasedStateMachine]:
@@ -152,18 +174,24 @@ def machine_for(backend: Backend, directory: Path) -> type[RuleBasedStateMachine
                 for path in self.files:
                     path.unlink(missing_ok=True)
 
-        @initialize(limit=bounds, key_limit=bounds, rate=st.one_of(st.none(), st.integers(1, 6)))
-        def first_limits(self, limit: int | None, key_limit: int | None, rate: int | None) -> None:
-            self.set_limits(limit, key_limit, rate)
+        @initialize(limit=bounds, key_limit=bounds, rate=rates, key_rate=rates)
+        def first_limits(
+            self, limit: int | None, key_limit: int | None, rate: int | None, key_rate: int | None
+        ) -> None:
+            self.set_limits(limit, key_limit, rate, key_rate)
 
-        @rule(limit=bounds, key_limit=bounds, rate=st.one_of(st.none(), st.integers(1, 6)))
-        def set_limits(self, limit: int | None, key_limit: int | None, rate: int | None) -> None:
+        @rule(limit=bounds, key_limit=bounds, rate=rates, key_rate=rates)
+        def set_limits(
+            self, limit: int | None, key_limit: int | None, rate: int | None, key_rate: int | None
+        ) -> None:
             self.queue.configure(
                 concurrency=limit or 0,
                 key_concurrency=key_limit or 0,
                 rate_limit=rate or 0,
+                key_rate_limit=key_rate or 0,
                 rate_period=PERIOD_MS / 1000,
             )
+            self.model.key_rate = key_rate
             if rate != self.model.rate:
                 self.model.starts.clear()  # the bound holds from the new rate on
             self.model.limit, self.model.key_limit, self.model.rate = limit, key_limit, rate
@@ -187,15 +215,16 @@ def machine_for(backend: Backend, directory: Path) -> type[RuleBasedStateMachine
                 model_job.token = job.lease_token
                 model_job.due = self.now + VISIBILITY_MS
                 self.handles.append(job)
-            self.model.counted(self.now, len(jobs))
+            self.model.counted(self.now, [self.model.jobs[j.id] for j in jobs])
             self.model.starts[self.now // PERIOD_MS] += len(jobs)
             if jobs:  # what a claim may never do: lease past a limit
                 running = self.model.running(self.now)
                 if self.model.limit is not None:
                     assert len(running) <= self.model.limit
-                if self.model.key_limit is not None:
+                if self.model.key_limit is not None:  # the claimed jobs' keys
                     per_key = Counter(j.key for j in running if j.key is not None)
-                    assert max(per_key.values(), default=0) <= self.model.key_limit
+                    claimed = {job.key for job in jobs if job.key is not None}
+                    assert all(per_key[key] <= self.model.key_limit for key in claimed)
                 if self.model.rate is not None:
                     assert self.model.starts[self.now // PERIOD_MS] <= self.model.rate
 

@@ -12,16 +12,17 @@
 
 -- name: queue_config
 SELECT max_attempts, backoff::text, visibility_ms, dead_retention_ms, ordered, head_policy,
-       concurrency, key_concurrency, rate_limit, rate_period_ms
+       concurrency, key_concurrency, rate_limit, rate_period_ms, key_rate_limit
 FROM {ns}.queues WHERE name = %(queue)s
 
 -- name: queue_configure
 INSERT INTO {ns}.queues (name, max_attempts, backoff, visibility_ms, dead_retention_ms,
                          ordered, head_policy, concurrency, key_concurrency, rate_limit,
-                         rate_period_ms)
+                         rate_period_ms, key_rate_limit)
 VALUES (%(queue)s, %(max_attempts)s, %(backoff)s::jsonb, %(visibility_ms)s, %(dead_retention_ms)s,
-        %(ordered)s, %(head_policy)s, %(limit)s, %(key_limit)s, %(rate)s, %(period)s)
+        %(ordered)s, %(head_policy)s, %(limit)s, %(key_limit)s, %(rate)s, %(period)s, %(key_rate)s)
 ON CONFLICT (name) DO UPDATE SET
+    key_rate_limit = excluded.key_rate_limit,
     concurrency = excluded.concurrency,
     key_concurrency = excluded.key_concurrency,
     rate_limit = excluded.rate_limit,
@@ -462,10 +463,12 @@ ORDER BY grp
 -- a queue without keeps `claim`.
 SELECT * FROM {ns}.claim_limited(
     %(queue)s::text, %(now)s::bigint, %(lease_ms)s::bigint, %(n)s::int, %(go)s::int,
-    %(scan)s::int, %(limit)s::int, %(key_limit)s::int, %(rate)s::int, %(period)s::bigint)
+    %(scan)s::int, %(limit)s::int, %(key_limit)s::int, %(rate)s::int, %(period)s::bigint,
+    %(key_rate)s::int)
 
 -- name: claim_capped
 -- The same function: it takes the lean path itself when there is no key limit.
 SELECT * FROM {ns}.claim_limited(
     %(queue)s::text, %(now)s::bigint, %(lease_ms)s::bigint, %(n)s::int, %(go)s::int,
-    %(scan)s::int, %(limit)s::int, %(key_limit)s::int, %(rate)s::int, %(period)s::bigint)
+    %(scan)s::int, %(limit)s::int, %(key_limit)s::int, %(rate)s::int, %(period)s::bigint,
+    %(key_rate)s::int)

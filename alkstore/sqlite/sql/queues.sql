@@ -12,16 +12,17 @@
 
 -- name: queue_config
 SELECT max_attempts, backoff, visibility_ms, dead_retention_ms, ordered, head_policy,
-       concurrency, key_concurrency, rate_limit, rate_period_ms
+       concurrency, key_concurrency, rate_limit, rate_period_ms, key_rate_limit
 FROM {ns}__queues WHERE name = :queue
 
 -- name: queue_configure
 INSERT INTO {ns}__queues (name, max_attempts, backoff, visibility_ms, dead_retention_ms,
                           ordered, head_policy, concurrency, key_concurrency, rate_limit,
-                          rate_period_ms)
+                          rate_period_ms, key_rate_limit)
 VALUES (:queue, :max_attempts, :backoff, :visibility_ms, :dead_retention_ms,
-        :ordered, :head_policy, :limit, :key_limit, :rate, :period)
+        :ordered, :head_policy, :limit, :key_limit, :rate, :period, :key_rate)
 ON CONFLICT (name) DO UPDATE SET
+    key_rate_limit = excluded.key_rate_limit,
     concurrency = excluded.concurrency,
     key_concurrency = excluded.key_concurrency,
     rate_limit = excluded.rate_limit,
@@ -406,21 +407,13 @@ ORDER BY grp
 -- are leased. Running: the queue's live leases (the jobs_leases index: every lease in
 -- the database that has not run out, the queue's picked among them). The candidates:
 -- the first :scan claimable jobs in claim order (the walk of the claim index); of
--- them, in claim order, those whose key is under :key_limit counting the ones before
--- them, at most :n, what :limit leaves and what the rate window leaves. Then the rate
--- window counts what was claimed (changes(): the rows of the UPDATE).
-UPDATE {ns}__jobs SET
-    attempts = attempts + :go,
-    started = :go,
-    claimed_for = visible_at,
-    visible_at = {now} + :lease_ms,
-    lease_ms = :lease_ms,
-    lease_token = (abs(random()) % 9007199254740991) + 1,
-    history = CASE WHEN lease_token IS NULL OR NOT started THEN history
-              ELSE json_insert(history, '$[#]', json_object(
-                  'attempt', attempts, 'error', 'lease expired', 'at', visible_at))
-              END
-WHERE id IN (
+-- them, in claim order, those whose key is under :key_limit (and :key_rate) counting
+-- the ones before them, at most :n, what :limit leaves and what the rate window leaves. Then the rate
+-- window counts what was claimed (changes(): the rows of the UPDATE), and with a
+-- :key_rate each claimed key's window (the chosen ids wait in a temporary table).
+CREATE TEMP TABLE IF NOT EXISTS claim_ids (id INTEGER PRIMARY KEY, key TEXT);
+DELETE FROM temp.claim_ids;
+INSERT INTO temp.claim_ids
     WITH running AS MATERIALIZED (  -- once per claim, not once per candidate
         SELECT r.key, count(*) AS n FROM {ns}__jobs AS r INDEXED BY {ns}__jobs_leases
         WHERE r.lease_token IS NOT NULL AND r.visible_at > {now} AND r.queue = :queue
@@ -433,6 +426,14 @@ WHERE id IN (
             THEN w.cur * (:period - ({now} - w.window_start - :period)) * 1.0 / :period
             ELSE 0 END AS used
         FROM {ns}__rate_windows AS w WHERE w.queue = :queue
+    ), key_rate AS (
+        SELECT w.key, CASE
+            WHEN w.window_start = ({now} / :period) * :period
+            THEN w.prev * (:period - ({now} - w.window_start)) * 1.0 / :period + w.cur
+            WHEN w.window_start = ({now} / :period) * :period - :period
+            THEN w.cur * (:period - ({now} - w.window_start - :period)) * 1.0 / :period
+            ELSE 0 END AS used
+        FROM {ns}__key_rate_windows AS w WHERE w.queue = :queue AND :key_rate IS NOT NULL
     ), cand AS (
         SELECT c.id, c.key, c.priority, c.visible_at,
                row_number() OVER (PARTITION BY c.key
@@ -445,13 +446,28 @@ WHERE id IN (
               ORDER BY j.priority DESC, j.visible_at, j.id
               LIMIT :scan) AS c
     )
-    SELECT c.id FROM cand AS c LEFT JOIN running AS r ON r.key = c.key
-    WHERE :key_limit IS NULL OR c.key IS NULL OR c.rk + coalesce(r.n, 0) <= :key_limit
+    SELECT c.id, c.key FROM cand AS c
+    LEFT JOIN running AS r ON r.key = c.key
+    LEFT JOIN key_rate AS k ON k.key = c.key
+    WHERE c.key IS NULL
+       OR ((:key_limit IS NULL OR c.rk + coalesce(r.n, 0) <= :key_limit)
+           AND (:key_rate IS NULL OR c.rk <= :key_rate - coalesce(k.used, 0)))
     ORDER BY c.priority DESC, c.visible_at, c.id
     LIMIT max(0, min(:n,
                      coalesce(:limit - (SELECT coalesce(sum(n), 0) FROM running), :n),
-                     coalesce(CAST(:rate - coalesce((SELECT used FROM rate), 0) AS INTEGER), :n)))
-)
+                     coalesce(CAST(:rate - coalesce((SELECT used FROM rate), 0) AS INTEGER), :n)));
+UPDATE {ns}__jobs SET
+    attempts = attempts + :go,
+    started = :go,
+    claimed_for = visible_at,
+    visible_at = {now} + :lease_ms,
+    lease_ms = :lease_ms,
+    lease_token = (abs(random()) % 9007199254740991) + 1,
+    history = CASE WHEN lease_token IS NULL OR NOT started THEN history
+              ELSE json_insert(history, '$[#]', json_object(
+                  'attempt', attempts, 'error', 'lease expired', 'at', visible_at))
+              END
+WHERE id IN (SELECT id FROM temp.claim_ids)
 RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lease_token, lease_ms,
           enqueued_at, type, key, position, headers, payload, progress, started;
 INSERT INTO {ns}__rate_windows (queue, window_start, prev, cur)
@@ -462,7 +478,19 @@ ON CONFLICT (queue) DO UPDATE SET
                 ELSE 0 END,
     cur = CASE WHEN window_start = excluded.window_start THEN cur + excluded.cur
                ELSE excluded.cur END,
-    window_start = excluded.window_start
+    window_start = excluded.window_start;
+INSERT INTO {ns}__key_rate_windows (queue, key, window_start, prev, cur)
+SELECT :queue, key, ({now} / :period) * :period, 0, count(*) FROM temp.claim_ids
+WHERE :key_rate IS NOT NULL AND key IS NOT NULL GROUP BY key
+ON CONFLICT (queue, key) DO UPDATE SET
+    prev = CASE WHEN window_start = excluded.window_start THEN prev
+                WHEN window_start = excluded.window_start - :period THEN cur
+                ELSE 0 END,
+    cur = CASE WHEN window_start = excluded.window_start THEN cur + excluded.cur
+               ELSE excluded.cur END,
+    window_start = excluded.window_start;
+DELETE FROM {ns}__key_rate_windows
+WHERE queue = :queue AND window_start < ({now} / :period) * :period - :period
 
 -- name: claim_capped
 -- claim_limited without a key limit (docs/adr/0021): the plain walk of the claim index

@@ -50,8 +50,10 @@ BEGIN
     WHERE id = (SELECT id FROM {ns}.jobs WHERE queue = OLD.queue AND grp = OLD.grp
                 ORDER BY id LIMIT 1)
       AND held_due IS NOT NULL;
-    IF NOT EXISTS (SELECT 1 FROM {ns}.jobs WHERE queue = OLD.queue AND grp = OLD.grp) THEN
-        DELETE FROM {ns}.job_groups WHERE queue = OLD.queue AND grp = OLD.grp;
+    IF NOT FOUND THEN  -- the key's last job: its row goes
+        DELETE FROM {ns}.job_groups AS g WHERE g.queue = OLD.queue AND g.grp = OLD.grp
+          AND NOT EXISTS (SELECT 1 FROM {ns}.jobs AS j
+                          WHERE j.queue = OLD.queue AND j.grp = OLD.grp);
     END IF;
     RETURN NULL;
 END $$;
@@ -71,7 +73,8 @@ ALTER TABLE {ns}.queues
     ADD COLUMN concurrency integer CHECK (concurrency >= 1),
     ADD COLUMN key_concurrency integer CHECK (key_concurrency >= 1),
     ADD COLUMN rate_limit integer CHECK (rate_limit >= 1),
-    ADD COLUMN rate_period_ms bigint CHECK (rate_period_ms >= 1);
+    ADD COLUMN rate_period_ms bigint CHECK (rate_period_ms >= 1),
+    ADD COLUMN key_rate_limit integer CHECK (key_rate_limit >= 1);
 
 -- A rate-limited queue's starts: `cur` in the period that began at window_start, `prev`
 -- in the one before (a sliding window counter).
@@ -82,6 +85,18 @@ CREATE TABLE {ns}.rate_windows (
     cur          integer NOT NULL
 );
 
+-- The same per job key, for a queue with key_rate_limit; a key's row goes when its
+-- window is two periods old (the claim deletes them).
+CREATE TABLE {ns}.key_rate_windows (
+    queue        text NOT NULL,
+    key          text NOT NULL,
+    window_start bigint NOT NULL,
+    prev         integer NOT NULL,
+    cur          integer NOT NULL,
+    PRIMARY KEY (queue, key)
+);
+CREATE INDEX key_rate_windows_age ON {ns}.key_rate_windows (queue, window_start);
+
 -- The claim of a limited queue. Its claims take turns (a transaction-level advisory
 -- lock per queue, held to the end of the caller's one-statement transaction), and each
 -- statement below runs on a snapshot taken after the lock: the leases counted include
@@ -91,7 +106,8 @@ CREATE TABLE {ns}.rate_windows (
 -- Runs with its owner's rights (rate_windows needs no grant).
 CREATE FUNCTION {ns}.claim_limited(
     p_queue text, p_now bigint, p_lease_ms bigint, p_n integer, p_go integer,
-    p_scan integer, p_limit integer, p_key_limit integer, p_rate integer, p_period bigint
+    p_scan integer, p_limit integer, p_key_limit integer, p_rate integer, p_period bigint,
+    p_key_rate integer
 ) RETURNS TABLE (
     id bigint, queue text, priority integer, claimed_for bigint, attempts integer,
     max_attempts integer, backoff text, lease_token bigint, lease_ms bigint,
@@ -129,7 +145,8 @@ BEGIN
     IF v_take <= 0 THEN
         RETURN;
     END IF;
-    IF p_key_limit IS NULL THEN  -- the lean path: the first v_take claimable jobs
+    v_start := (v_now / p_period) * p_period;
+    IF p_key_limit IS NULL AND p_key_rate IS NULL THEN  -- the lean path: the first v_take claimable jobs
         RETURN QUERY
         WITH pick AS (
             SELECT j.id FROM {ns}.jobs AS j
@@ -160,12 +177,21 @@ BEGIN
                   j.position, j.headers::text, j.payload::text, j.progress::text, j.started
         )
         SELECT * FROM done;
+        GET DIAGNOSTICS v_got = ROW_COUNT;
     ELSE
     RETURN QUERY
     WITH running AS MATERIALIZED (  -- once per claim, not once per candidate
         SELECT r.key, count(*) AS n FROM {ns}.jobs AS r
         WHERE r.lease_token IS NOT NULL AND r.visible_at > v_now AND r.queue = p_queue
         GROUP BY r.key
+    ), key_rate AS (
+        SELECT w.key, CASE
+            WHEN w.window_start = v_start
+            THEN w.prev * (p_period - (v_now - v_start))::float8 / p_period + w.cur
+            WHEN w.window_start = v_start - p_period
+            THEN w.cur * (p_period - (v_now - v_start))::float8 / p_period
+            ELSE 0 END AS used
+        FROM {ns}.key_rate_windows AS w WHERE w.queue = p_queue AND p_key_rate IS NOT NULL
     ), cand AS (
         SELECT c.id, c.key, c.priority, c.visible_at,
                row_number() OVER (PARTITION BY c.key
@@ -181,8 +207,12 @@ BEGIN
               LIMIT p_scan
               FOR UPDATE SKIP LOCKED) AS c
     ), pick AS (
-        SELECT c.id FROM cand AS c LEFT JOIN running AS r ON r.key = c.key
-        WHERE p_key_limit IS NULL OR c.key IS NULL OR c.rk + coalesce(r.n, 0) <= p_key_limit
+        SELECT c.id FROM cand AS c
+        LEFT JOIN running AS r ON r.key = c.key
+        LEFT JOIN key_rate AS k ON k.key = c.key
+        WHERE c.key IS NULL
+           OR ((p_key_limit IS NULL OR c.rk + coalesce(r.n, 0) <= p_key_limit)
+               AND (p_key_rate IS NULL OR c.rk <= p_key_rate - coalesce(k.used, 0)))
         ORDER BY c.priority DESC, c.visible_at, c.id
         LIMIT v_take
     ), done AS (
@@ -201,10 +231,25 @@ BEGIN
     RETURNING j.id, j.queue, j.priority, j.claimed_for, j.attempts, j.max_attempts,
               j.backoff::text, j.lease_token, j.lease_ms, j.enqueued_at, j.type, j.key,
               j.position, j.headers::text, j.payload::text, j.progress::text, j.started
+    ), counted AS (  -- each claimed key's rate window
+        INSERT INTO {ns}.key_rate_windows AS w (queue, key, window_start, prev, cur)
+        SELECT p_queue, d.key, v_start, 0, count(*) FROM done AS d
+        WHERE p_key_rate IS NOT NULL AND d.key IS NOT NULL GROUP BY d.key
+        ON CONFLICT (queue, key) DO UPDATE SET
+            prev = CASE WHEN w.window_start = v_start THEN w.prev
+                        WHEN w.window_start = v_start - p_period THEN w.cur
+                        ELSE 0 END,
+            cur = CASE WHEN w.window_start = v_start THEN w.cur + excluded.cur
+                       ELSE excluded.cur END,
+            window_start = v_start
     )
     SELECT * FROM done;
+    GET DIAGNOSTICS v_got = ROW_COUNT;  -- before the next statement resets it
+    IF p_key_rate IS NOT NULL THEN
+        DELETE FROM {ns}.key_rate_windows AS w
+        WHERE w.queue = p_queue AND w.window_start < v_start - p_period;
     END IF;
-    GET DIAGNOSTICS v_got = ROW_COUNT;
+    END IF;
     IF p_rate IS NOT NULL AND v_got > 0 THEN
         INSERT INTO {ns}.rate_windows AS r (queue, window_start, prev, cur)
         VALUES (p_queue, v_start, 0, v_got)

@@ -47,6 +47,7 @@ ALTER TABLE {ns}__queues ADD COLUMN concurrency INTEGER CHECK (concurrency >= 1)
 ALTER TABLE {ns}__queues ADD COLUMN key_concurrency INTEGER CHECK (key_concurrency >= 1);
 ALTER TABLE {ns}__queues ADD COLUMN rate_limit INTEGER CHECK (rate_limit >= 1);
 ALTER TABLE {ns}__queues ADD COLUMN rate_period_ms INTEGER CHECK (rate_period_ms >= 1);
+ALTER TABLE {ns}__queues ADD COLUMN key_rate_limit INTEGER CHECK (key_rate_limit >= 1);
 
 -- A rate-limited queue's starts: `cur` in the period that began at window_start, `prev`
 -- in the one before (a sliding window counter).
@@ -56,3 +57,15 @@ CREATE TABLE {ns}__rate_windows (
     prev         INTEGER NOT NULL,
     cur          INTEGER NOT NULL
 );
+
+-- The same per job key, for a queue with key_rate_limit; a key's row goes when its
+-- window is two periods old (the claim deletes them).
+CREATE TABLE {ns}__key_rate_windows (
+    queue        TEXT NOT NULL,
+    key          TEXT NOT NULL,
+    window_start INTEGER NOT NULL,
+    prev         INTEGER NOT NULL,
+    cur          INTEGER NOT NULL,
+    PRIMARY KEY (queue, key)
+) WITHOUT ROWID;
+CREATE INDEX {ns}__key_rate_windows_age ON {ns}__key_rate_windows (queue, window_start);
