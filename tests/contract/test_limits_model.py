@@ -196,7 +196,12 @@ def machine_for(backend: Backend, directory: Path) -> type[RuleBasedStateMachine
                 self.model.starts.clear()  # the bound holds from the new rate on
             self.model.limit, self.model.key_limit, self.model.rate = limit, key_limit, rate
 
-        @rule(keys=st.lists(st.sampled_from([*KEYS, None]), min_size=1, max_size=4))
+        @initialize(keys=st.lists(st.sampled_from([*KEYS, None]), min_size=3, max_size=8))
+        def fill(self, keys: list[str | None]) -> None:
+            """Start with jobs ready, so that the first claims meet the limits."""
+            self.enqueue(keys)
+
+        @rule(keys=st.lists(st.sampled_from([*KEYS, None]), min_size=1, max_size=6))
         def enqueue(self, keys: list[str | None]) -> None:
             for key in keys:
                 job_id = self.queue.enqueue(0, group=key) if key else self.queue.enqueue(0)
