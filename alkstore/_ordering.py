@@ -19,17 +19,22 @@ never reads a held job. What the key does when its head fails is the queue's
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Any, Literal, get_args
+
+import msgspec
 
 from alkstore import _checks, _errors
 
 if TYPE_CHECKING:
+    from alkstore._engine import Engine
     from alkstore._jobs import Job
     from alkstore._queue import Queue, QueueConfig
 
 HeadPolicy = Literal["block", "dead_letter", "park"]
 POLICIES: tuple[str, ...] = get_args(HeadPolicy)
 MAX_GROUP_BYTES = 1_000  # a group key is an index key: keep it an identifier's size
+_encode = msgspec.json.Encoder().encode
 KEY_SCAN = 1_000  # claimable jobs a claim with a key limit looks at, at most (ADR 0021)
 
 
@@ -50,6 +55,28 @@ def limit_params(params: dict[str, Any], config: QueueConfig, n: int) -> None:
     params["key_rate"] = config.key_rate_limit
     keyed = config.key_concurrency or config.key_rate_limit
     params["scan"] = max(n, min(KEY_SCAN, 8 * n)) if keyed else n
+
+
+class KeyCounted:
+    """A claim_limited run with a key rate: the claim and the count of each claimed key's
+    start in its rate window, in one transaction (on PostgreSQL the claim's lock is held
+    to its end)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def __call__(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        engine = self._engine
+        with engine.transaction() as conn:
+            rows = engine.run_in(conn, name, params)
+            starts = Counter(row[11] for row in rows if row[11] is not None)  # by key
+            if starts:
+                counted = {
+                    **params,
+                    "starts": _encode([list(kv) for kv in starts.items()]).decode(),
+                }
+                engine.run_in(conn, "count_key_starts", counted)
+        return rows
 
 
 def limited_query(config: QueueConfig) -> str:

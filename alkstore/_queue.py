@@ -399,10 +399,13 @@ class Queue(_ops.Operations):
         if config.limited:  # the limits' own claim (docs/adr/0021)
             query = _ordering.limited_query(config)
             _ordering.limit_params(params, config, n)
-        rows = self._engine.run(query, params)
+        claim = self._engine.run
+        if config.key_rate_limit:  # the keys' windows count in the claim's transaction
+            claim = _ordering.KeyCounted(self._engine)
+        rows = claim(query, params)
         if 0 < start < n and len(rows) == start:
             params.update(n=n - start, go=0)
-            rows += self._engine.run(query, params)
+            rows += claim(query, params)
         jobs: list[_jobs.Job[Any]] = []
         for row in rows:
             try:  # Job(...), not Job[Any](...): a subscripted generic costs a setattr per job

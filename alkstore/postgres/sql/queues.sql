@@ -472,3 +472,27 @@ SELECT * FROM {ns}.claim_limited(
     %(queue)s::text, %(now)s::bigint, %(lease_ms)s::bigint, %(n)s::int, %(go)s::int,
     %(scan)s::int, %(limit)s::int, %(key_limit)s::int, %(rate)s::int, %(period)s::bigint,
     %(key_rate)s::int)
+
+-- name: count_key_starts
+-- The jobs a claim_limited run just started per key (%(starts)s, [[key, n], ...]) into
+-- their keys' rate windows, in the claim's transaction (docs/adr/0021), while its lock
+-- is held; a key's window two periods old counts for nothing and goes (not those
+-- counted here: one statement may not delete and upsert the same row).
+WITH t AS (
+    SELECT {now} / %(period)s::bigint * %(period)s::bigint AS ws
+), starts AS (
+    SELECT e->>0 AS key, (e->>1)::int AS n FROM jsonb_array_elements(%(starts)s::jsonb) AS e
+), gone AS (
+    DELETE FROM {ns}.key_rate_windows AS w USING t
+    WHERE w.queue = %(queue)s AND w.window_start < t.ws - %(period)s::bigint
+      AND w.key NOT IN (SELECT key FROM starts)
+)
+INSERT INTO {ns}.key_rate_windows AS w (queue, key, window_start, prev, cur)
+SELECT %(queue)s, s.key, t.ws, 0, s.n FROM starts AS s, t
+ON CONFLICT (queue, key) DO UPDATE SET
+    prev = CASE WHEN w.window_start = excluded.window_start THEN w.prev
+                WHEN w.window_start = excluded.window_start - %(period)s::bigint THEN w.cur
+                ELSE 0 END,
+    cur = CASE WHEN w.window_start = excluded.window_start THEN w.cur + excluded.cur
+               ELSE excluded.cur END,
+    window_start = excluded.window_start

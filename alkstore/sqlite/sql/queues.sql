@@ -409,53 +409,8 @@ ORDER BY grp
 -- the first :scan claimable jobs in claim order (the walk of the claim index); of
 -- them, in claim order, those whose key is under :key_limit (and :key_rate) counting
 -- the ones before them, at most :n, what :limit leaves and what the rate window leaves. Then the rate
--- window counts what was claimed (changes(): the rows of the UPDATE), and with a
--- :key_rate each claimed key's window (the chosen ids wait in a temporary table).
-CREATE TEMP TABLE IF NOT EXISTS claim_ids (id INTEGER PRIMARY KEY, key TEXT);
-DELETE FROM temp.claim_ids;
-INSERT INTO temp.claim_ids
-    WITH running AS MATERIALIZED (  -- once per claim, not once per candidate
-        SELECT r.key, count(*) AS n FROM {ns}__jobs AS r INDEXED BY {ns}__jobs_leases
-        WHERE r.lease_token IS NOT NULL AND r.visible_at > {now} AND r.queue = :queue
-        GROUP BY r.key
-    ), rate AS (
-        SELECT CASE
-            WHEN w.window_start = ({now} / :period) * :period
-            THEN w.prev * (:period - ({now} - w.window_start)) * 1.0 / :period + w.cur
-            WHEN w.window_start = ({now} / :period) * :period - :period
-            THEN w.cur * (:period - ({now} - w.window_start - :period)) * 1.0 / :period
-            ELSE 0 END AS used
-        FROM {ns}__rate_windows AS w WHERE w.queue = :queue
-    ), key_rate AS (
-        SELECT w.key, CASE
-            WHEN w.window_start = ({now} / :period) * :period
-            THEN w.prev * (:period - ({now} - w.window_start)) * 1.0 / :period + w.cur
-            WHEN w.window_start = ({now} / :period) * :period - :period
-            THEN w.cur * (:period - ({now} - w.window_start - :period)) * 1.0 / :period
-            ELSE 0 END AS used
-        FROM {ns}__key_rate_windows AS w WHERE w.queue = :queue AND :key_rate IS NOT NULL
-    ), cand AS (
-        SELECT c.id, c.key, c.priority, c.visible_at,
-               row_number() OVER (PARTITION BY c.key
-                                  ORDER BY c.priority DESC, c.visible_at, c.id) AS rk
-        FROM (SELECT j.id, j.key, j.priority, j.visible_at FROM {ns}__jobs AS j
-              WHERE j.queue = :queue AND +j.visible_at <= {now}
-                AND j.attempts < j.max_attempts
-                AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > {now})
-                AND {queue_open}
-              ORDER BY j.priority DESC, j.visible_at, j.id
-              LIMIT :scan) AS c
-    )
-    SELECT c.id, c.key FROM cand AS c
-    LEFT JOIN running AS r ON r.key = c.key
-    LEFT JOIN key_rate AS k ON k.key = c.key
-    WHERE c.key IS NULL
-       OR ((:key_limit IS NULL OR c.rk + coalesce(r.n, 0) <= :key_limit)
-           AND (:key_rate IS NULL OR c.rk <= :key_rate - coalesce(k.used, 0)))
-    ORDER BY c.priority DESC, c.visible_at, c.id
-    LIMIT max(0, min(:n,
-                     coalesce(:limit - (SELECT coalesce(sum(n), 0) FROM running), :n),
-                     coalesce(CAST(:rate - coalesce((SELECT used FROM rate), 0) AS INTEGER), :n)));
+-- window counts what was claimed (changes(): the rows of the UPDATE); with a :key_rate,
+-- count_key_starts counts each claimed key's in the same transaction (_ordering.py).
 UPDATE {ns}__jobs SET
     attempts = attempts + :go,
     started = :go,
@@ -467,7 +422,49 @@ UPDATE {ns}__jobs SET
               ELSE json_insert(history, '$[#]', json_object(
                   'attempt', attempts, 'error', 'lease expired', 'at', visible_at))
               END
-WHERE id IN (SELECT id FROM temp.claim_ids)
+WHERE id IN (
+    WITH t AS MATERIALIZED (  -- the time and the rate window once (and a shorter text)
+        SELECT {now} AS now, ({now} / :period) * :period AS ws
+    ), running AS MATERIALIZED (  -- once per claim, not once per candidate
+        SELECT r.key, count(*) AS n FROM {ns}__jobs AS r INDEXED BY {ns}__jobs_leases
+        WHERE r.lease_token IS NOT NULL AND r.visible_at > (SELECT now FROM t) AND r.queue = :queue
+        GROUP BY r.key
+    ), used AS (  -- the rate windows' starts in the sliding period: the queue's (key NULL)
+        SELECT w.key, CASE  -- and, with :key_rate, each key's
+            WHEN w.window_start = t.ws
+            THEN w.prev * (:period - (t.now - t.ws)) * 1.0 / :period + w.cur
+            WHEN w.window_start = t.ws - :period
+            THEN w.cur * (:period - (t.now - t.ws)) * 1.0 / :period
+            ELSE 0 END AS n
+        FROM t, (SELECT NULL AS key, window_start, prev, cur FROM {ns}__rate_windows
+                 WHERE queue = :queue
+                 UNION ALL
+                 SELECT key, window_start, prev, cur FROM {ns}__key_rate_windows
+                 WHERE queue = :queue AND :key_rate IS NOT NULL) AS w
+    ), cand AS (
+        SELECT c.id, c.key, c.priority, c.visible_at,
+               row_number() OVER (PARTITION BY c.key
+                                  ORDER BY c.priority DESC, c.visible_at, c.id) AS rk
+        FROM (SELECT j.id, j.key, j.priority, j.visible_at FROM {ns}__jobs AS j
+              WHERE j.queue = :queue AND +j.visible_at <= (SELECT now FROM t)
+                AND j.attempts < j.max_attempts
+                AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > (SELECT now FROM t))
+                AND {queue_open}
+              ORDER BY j.priority DESC, j.visible_at, j.id
+              LIMIT :scan) AS c
+    )
+    SELECT c.id FROM cand AS c
+    LEFT JOIN running AS r ON r.key = c.key
+    LEFT JOIN used AS k ON k.key = c.key
+    WHERE c.key IS NULL
+       OR ((:key_limit IS NULL OR c.rk + coalesce(r.n, 0) <= :key_limit)
+           AND (:key_rate IS NULL OR c.rk <= :key_rate - coalesce(k.n, 0)))
+    ORDER BY c.priority DESC, c.visible_at, c.id
+    LIMIT max(0, min(:n,
+                     coalesce(:limit - (SELECT coalesce(sum(n), 0) FROM running), :n),
+                     coalesce(CAST(:rate - coalesce((SELECT n FROM used WHERE key IS NULL), 0)
+                                   AS INTEGER), :n)))
+)
 RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lease_token, lease_ms,
           enqueued_at, type, key, position, headers, payload, progress, started;
 INSERT INTO {ns}__rate_windows (queue, window_start, prev, cur)
@@ -478,19 +475,7 @@ ON CONFLICT (queue) DO UPDATE SET
                 ELSE 0 END,
     cur = CASE WHEN window_start = excluded.window_start THEN cur + excluded.cur
                ELSE excluded.cur END,
-    window_start = excluded.window_start;
-INSERT INTO {ns}__key_rate_windows (queue, key, window_start, prev, cur)
-SELECT :queue, key, ({now} / :period) * :period, 0, count(*) FROM temp.claim_ids
-WHERE :key_rate IS NOT NULL AND key IS NOT NULL GROUP BY key
-ON CONFLICT (queue, key) DO UPDATE SET
-    prev = CASE WHEN window_start = excluded.window_start THEN prev
-                WHEN window_start = excluded.window_start - :period THEN cur
-                ELSE 0 END,
-    cur = CASE WHEN window_start = excluded.window_start THEN cur + excluded.cur
-               ELSE excluded.cur END,
-    window_start = excluded.window_start;
-DELETE FROM {ns}__key_rate_windows
-WHERE queue = :queue AND window_start < ({now} / :period) * :period - :period
+    window_start = excluded.window_start
 
 -- name: claim_capped
 -- claim_limited without a key limit (docs/adr/0021): the plain walk of the claim index
@@ -533,6 +518,24 @@ RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lea
 INSERT INTO {ns}__rate_windows (queue, window_start, prev, cur)
 SELECT :queue, ({now} / :period) * :period, 0, changes() WHERE :rate IS NOT NULL
 ON CONFLICT (queue) DO UPDATE SET
+    prev = CASE WHEN window_start = excluded.window_start THEN prev
+                WHEN window_start = excluded.window_start - :period THEN cur
+                ELSE 0 END,
+    cur = CASE WHEN window_start = excluded.window_start THEN cur + excluded.cur
+               ELSE excluded.cur END,
+    window_start = excluded.window_start
+
+-- name: count_key_starts
+-- The jobs a claim_limited run just started per key (:starts, [[key, n], ...]) into their
+-- keys' rate windows, in the claim's transaction (docs/adr/0021); a key's window two
+-- periods old counts for nothing and goes.
+DELETE FROM {ns}__key_rate_windows
+WHERE queue = :queue AND window_start < ({now} / :period) * :period - :period;
+INSERT INTO {ns}__key_rate_windows (queue, key, window_start, prev, cur)
+SELECT :queue, json_extract(value, '$[0]'), ({now} / :period) * :period, 0,
+       json_extract(value, '$[1]')
+FROM json_each(:starts) WHERE true
+ON CONFLICT (queue, key) DO UPDATE SET
     prev = CASE WHEN window_start = excluded.window_start THEN prev
                 WHEN window_start = excluded.window_start - :period THEN cur
                 ELSE 0 END,

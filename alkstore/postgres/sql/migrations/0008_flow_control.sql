@@ -103,7 +103,9 @@ CREATE INDEX key_rate_windows_age ON {ns}.key_rate_windows (queue, window_start)
 -- those of the claim before. Then as the claim: the first p_scan claimable jobs in
 -- claim order (SKIP LOCKED), of them those whose key is under p_key_limit counting the
 -- ones before them, at most p_n, what p_limit leaves and what the rate window leaves.
--- Runs with its owner's rights (rate_windows needs no grant).
+-- Runs with its owner's rights (rate_windows needs no grant). Each claimed key's rate
+-- window is counted by the caller in the same transaction (count_key_starts), while
+-- this lock is held.
 CREATE FUNCTION {ns}.claim_limited(
     p_queue text, p_now bigint, p_lease_ms bigint, p_n integer, p_go integer,
     p_scan integer, p_limit integer, p_key_limit integer, p_rate integer, p_period bigint,
@@ -231,24 +233,9 @@ BEGIN
     RETURNING j.id, j.queue, j.priority, j.claimed_for, j.attempts, j.max_attempts,
               j.backoff::text, j.lease_token, j.lease_ms, j.enqueued_at, j.type, j.key,
               j.position, j.headers::text, j.payload::text, j.progress::text, j.started
-    ), counted AS (  -- each claimed key's rate window
-        INSERT INTO {ns}.key_rate_windows AS w (queue, key, window_start, prev, cur)
-        SELECT p_queue, d.key, v_start, 0, count(*) FROM done AS d
-        WHERE p_key_rate IS NOT NULL AND d.key IS NOT NULL GROUP BY d.key
-        ON CONFLICT (queue, key) DO UPDATE SET
-            prev = CASE WHEN w.window_start = v_start THEN w.prev
-                        WHEN w.window_start = v_start - p_period THEN w.cur
-                        ELSE 0 END,
-            cur = CASE WHEN w.window_start = v_start THEN w.cur + excluded.cur
-                       ELSE excluded.cur END,
-            window_start = v_start
     )
     SELECT * FROM done;
-    GET DIAGNOSTICS v_got = ROW_COUNT;  -- before the next statement resets it
-    IF p_key_rate IS NOT NULL THEN
-        DELETE FROM {ns}.key_rate_windows AS w
-        WHERE w.queue = p_queue AND w.window_start < v_start - p_period;
-    END IF;
+    GET DIAGNOSTICS v_got = ROW_COUNT;
     END IF;
     IF p_rate IS NOT NULL AND v_got > 0 THEN
         INSERT INTO {ns}.rate_windows AS r (queue, window_start, prev, cur)
