@@ -39,10 +39,11 @@ QUEUE = "limited"
 VISIBILITY_MS = 2_000
 PERIOD_MS = 1_000
 KEYS = ["a", "b", "c"]
-EXAMPLES = int(os.environ.get("ALKSTORE_LIMITS_EXAMPLES", "40"))
+# 150: a seeded off-by-one in the key rate was caught at 150 examples, not at 40
+EXAMPLES = int(os.environ.get("ALKSTORE_LIMITS_EXAMPLES", "150"))
 STEPS = int(os.environ.get("ALKSTORE_LIMITS_STEPS", "40"))
 bounds = st.one_of(st.none(), st.integers(1, 4))
-rates = st.one_of(st.none(), st.integers(1, 6))
+rates = st.one_of(st.none(), st.integers(1, 3))  # small: so that they bind
 
 
 @dataclass
