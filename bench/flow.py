@@ -5,6 +5,7 @@ Run it from the repository root (about 3-4 minutes; `--quick` takes about one):
 
     python bench/flow.py [--quick] [--engines sqlite,postgres] [--reps 3]
                          [--keys 1000] [--per-key 20] [--hot 5000] [--rate 1000]
+                         [--only LABEL-PART ...]
 
 Every drain is the Queue API's: `claim_many(100)` then `ack_many` of what it got, in
 one process, until the queue is empty; jobs/s = jobs / drain time. The jobs are
@@ -125,9 +126,14 @@ def drop(store: alkstore.Store, url: str) -> None:
             conn.execute(f"DROP SCHEMA IF EXISTS {namespace} CASCADE")
 
 
+ONLY: list[str] = []  # --only: the measurements whose label contains one of these
+
+
 def ratio(
     label: str, reps: int, a: Callable[[], float], b: Callable[[], float]
 ) -> tuple[str, float, float, float]:
+    if ONLY and not any(part in label for part in ONLY):
+        return label, 0.0, 0.0, 0.0
     rates_a, rates_b = [], []
     for _ in range(reps):
         rates_a.append(a())
@@ -172,7 +178,9 @@ def main() -> None:
     parser.add_argument("--per-key", type=int, default=20)
     parser.add_argument("--hot", type=int, default=5_000)
     parser.add_argument("--rate", type=int, default=1_000)
+    parser.add_argument("--only", action="append", default=[], help="labels containing this")
     args = parser.parse_args()
+    ONLY.extend(args.only)
     reps = args.reps or (1 if args.quick else 3)
     keys, per_key = (200, 10) if args.quick else (args.keys, args.per_key)
     print(f"commit {git_commit()}, load {load_average():.1f}, {keys} keys x {per_key} jobs")
@@ -207,6 +215,8 @@ def main() -> None:
             ratio(
                 "key_concurrency=1000 / unlimited", reps, with_({"key_concurrency": 1_000}), plain
             )
+            if ONLY and not any(part in "rate_limit binding" for part in ONLY):
+                continue
             measured = [rate_binding(url, args.rate) for _ in range(reps)]
             print(
                 f"  rate_limit={args.rate}/s binding: "
