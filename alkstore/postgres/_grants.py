@@ -64,6 +64,7 @@ PRIVILEGES: dict[str, dict[str, str]] = {
         "locks": "SELECT, INSERT, UPDATE",  # the sweep records itself (sweep.last)
         "events": "SELECT, DELETE",  # the sweep's log retention
         "subscriptions": _SELECT,  # what every subscription has relayed (retention)
+        "key_rate_windows": _ALL,  # a key-rate-limited claim counts its keys (ADR 0021)
     },
     "relay": {
         "schema_migrations": _SELECT,
