@@ -263,7 +263,9 @@ class JobInfo(msgspec.Struct, frozen=True, kw_only=True, dict=True):
     `state`: "ready" (claimable now), "scheduled" (its run time is ahead: delayed or
     waiting out a retry's backoff), "running" (leased by a worker) or "expired" (past
     `expires` before its first claim, or out of attempts: the next sweep dead-letters
-    it). `visible_at`: a waiting job's run time, a running job's lease end."""
+    it); in an ordered queue also "held" (behind its key's head) and "parked" (a head
+    the park policy stopped; docs/adr/0021). `visible_at`: a waiting job's run time
+    (a held job's own, for when its turn comes), a running job's lease end."""
 
     id: int
     queue: str

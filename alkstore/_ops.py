@@ -15,7 +15,7 @@ import msgspec
 
 from alkstore import _backoff, _checks, _dead, _effects, _engine, _errors, _estimates, _jobs
 
-JobState = Literal["ready", "scheduled", "running", "expired"]
+JobState = Literal["ready", "scheduled", "running", "expired", "held", "parked"]
 PurgeState = Literal["ready", "scheduled", "dead"]
 _JOB_STATES: tuple[str, ...] = get_args(JobState)
 _MAX_ID = 2**63 - 1
@@ -118,8 +118,8 @@ class Operations(_dead.DeadLetters):
         self, state: JobState | None = None, limit: int = 100, after: int = 0
     ) -> list[_jobs.JobInfo]:
         """Live jobs of this queue in id order, `limit` at a time after id `after`; only
-        those in `state` ("ready", "scheduled", "running", "expired") when given. Dead
-        letters are `dead_letters()`."""
+        those in `state` ("ready", "scheduled", "running", "expired"; "held", "parked" in
+        an ordered queue) when given. Dead letters are `dead_letters()`."""
         if state is not None and state not in _JOB_STATES:
             raise _errors.InvalidArgument(
                 f"state must be one of {', '.join(_JOB_STATES)} (dead letters: "

@@ -27,6 +27,7 @@ from alkstore import (
     _events,
     _jobs,
     _ops,
+    _ordering,
     _sql,
     _tracing,
     observe,
@@ -85,6 +86,19 @@ class QueueConfig(msgspec.Struct, frozen=True, kw_only=True):
     backoff: _backoff.Backoff = _backoff.DEFAULT_BACKOFF
     visibility: float = DEFAULT_VISIBILITY
     dead_retention: float | None = None
+    ordered: bool = False  # per-key ordered delivery (docs/adr/0021)
+    on_head_failure: _ordering.HeadPolicy = "block"
+    concurrency: int | None = None  # cluster-wide limits (docs/adr/0021); None: none
+    key_concurrency: int | None = None
+    rate_limit: int | None = None  # starts per rate_period seconds
+    rate_period: float = 1.0
+    key_rate_limit: int | None = None  # starts per rate_period per job key
+
+    @property
+    def limited(self) -> bool:
+        return bool(
+            self.concurrency or self.key_concurrency or self.rate_limit or self.key_rate_limit
+        )
 
 
 # The checks live in _checks (shared with the bulk path, _bulk); these names stay for
@@ -133,8 +147,11 @@ def enqueue_params(
     expires: datetime | float | None = None,
     dedupe_key: str | None = None,
     headers: dict[str, str] | None = None,
+    group: str | None = None,
 ) -> dict[str, Any]:
-    """Validate and encode one job; raises before anything touches the database."""
+    """Validate and encode one job; raises before anything touches the database.
+    `group`: the job's key, which orders it behind the older jobs of that key when the
+    queue is ordered (docs/adr/0021)."""
     _config.check_name("queue", queue)
     if delay is not None and run_at is not None:
         raise _errors.InvalidArgument("pass delay or run_at, not both")
@@ -154,6 +171,8 @@ def enqueue_params(
     if backoff is not None:
         params["backoff"] = _backoff.encode(backoff)
     params["dedupe_key"] = dedupe_key
+    if group is not None:
+        params["key"] = _ordering.check_group(group)
     encoded_headers = _events.codec.encode_headers(_tracing.merged(headers) if headers else None)
     if encoded_headers:
         params["headers"] = encoded_headers.decode()
@@ -204,12 +223,20 @@ class Queue(_ops.Operations):
             self._config_read = now
             rows = self._engine.run("queue_config", {"queue": self.name})
             if rows:
-                attempts, backoff, visibility_ms, retention_ms = rows[0]
+                attempts, backoff, visibility_ms, retention_ms, ordered, policy = rows[0][:6]
+                limit, key_limit, rate, period_ms, key_rate = rows[0][6:]
                 self._config = QueueConfig(
                     max_attempts=attempts,
                     backoff=_backoff.decode(backoff),
                     visibility=visibility_ms / 1000,
                     dead_retention=None if retention_ms is None else retention_ms / 1000,
+                    ordered=bool(ordered),
+                    on_head_failure=policy,
+                    concurrency=limit,
+                    key_concurrency=key_limit,
+                    rate_limit=rate,
+                    rate_period=1.0 if period_ms is None else period_ms / 1000,
+                    key_rate_limit=key_rate,
                 )
             else:
                 self._config = QueueConfig()
@@ -222,8 +249,26 @@ class Queue(_ops.Operations):
         backoff: _backoff.Backoff | None = None,
         visibility: float | None = None,
         dead_retention: float | None = None,
+        ordered: bool | None = None,
+        on_head_failure: _ordering.HeadPolicy | None = None,
+        concurrency: int | None = None,
+        key_concurrency: int | None = None,
+        rate_limit: int | None = None,
+        rate_period: float | None = None,
+        key_rate_limit: int | None = None,
     ) -> QueueConfig:
-        """Store new defaults for this queue (unspecified ones keep their value)."""
+        """Store new defaults for this queue (unspecified ones keep their value).
+
+        `ordered`: hand out the jobs of each key one at a time, in enqueue order (the
+        event key of relayed jobs, `group=` of direct ones; applies to jobs enqueued
+        from then on); `on_head_failure`: "block", "dead_letter" or "park", what a key
+        does when its head fails (docs/adr/0021, alkstore/_ordering.py).
+
+        Cluster-wide limits, enforced by the database when jobs are claimed (0 removes
+        one): `concurrency`, the most jobs of the queue leased at once across every
+        process; `key_concurrency`, the most per job key; `rate_limit`, the most jobs
+        started per `rate_period` seconds (default 1); `key_rate_limit`, the same per
+        job key."""
         current = self.config(refresh=True)
         new = QueueConfig(
             max_attempts=current.max_attempts
@@ -236,6 +281,21 @@ class Queue(_ops.Operations):
             dead_retention=current.dead_retention
             if dead_retention is None
             else seconds("dead_retention", dead_retention, positive=True),
+            ordered=current.ordered if ordered is None else bool(ordered),
+            on_head_failure=current.on_head_failure
+            if on_head_failure is None
+            else _ordering.check_policy(on_head_failure),
+            concurrency=_ordering.limit("concurrency", concurrency, current.concurrency),
+            key_concurrency=_ordering.limit(
+                "key_concurrency", key_concurrency, current.key_concurrency
+            ),
+            rate_limit=_ordering.limit("rate_limit", rate_limit, current.rate_limit),
+            rate_period=current.rate_period
+            if rate_period is None
+            else lease_ms("rate_period", rate_period) / 1000,
+            key_rate_limit=_ordering.limit(
+                "key_rate_limit", key_rate_limit, current.key_rate_limit
+            ),
         )
         self._engine.run(
             "queue_configure",
@@ -247,6 +307,13 @@ class Queue(_ops.Operations):
                 "dead_retention_ms": None
                 if new.dead_retention is None
                 else int(new.dead_retention * 1000),
+                "ordered": new.ordered,
+                "head_policy": new.on_head_failure,
+                "limit": new.concurrency,
+                "key_limit": new.key_concurrency,
+                "rate": new.rate_limit,
+                "period": round(new.rate_period * 1000),
+                "key_rate": new.key_rate_limit,
             },
         )
         self._config = new
@@ -349,10 +416,20 @@ class Queue(_ops.Operations):
         # Two plain claims when some start and some are prefetched: the started ones are
         # first in claim order. (One statement that ranks the rows with a window cost
         # SQLite 5-7 us more per claimed job: the worker's whole margin.)
-        rows = self._claim(params)
+        query = "claim"
+        config = self.config()
+        if config.limited:  # the limits' own claim (docs/adr/0021)
+            query = _ordering.limited_query(config)
+            _ordering.limit_params(params, config, n)
+        claim = self._engine.run
+        if config.key_rate_limit:  # the keys' windows count in the claim's transaction
+            claim = _ordering.KeyCounted(self._engine)
+        elif query == "claim" and not config.ordered:  # (an ordered queue's next job comes
+            claim = self._claim  # back at its old run time: behind a cursor, ADR 0027)
+        rows = claim(query, params)
         if 0 < start < n and len(rows) == start:
             params.update(n=n - start, go=0)
-            rows += self._claim(params)
+            rows += claim(query, params)
         jobs: list[_jobs.Job[Any]] = []
         for row in rows:
             try:  # Job(...), not Job[Any](...): a subscripted generic costs a setattr per job
@@ -363,16 +440,16 @@ class Queue(_ops.Operations):
         self._bury_exhausted()
         return jobs
 
-    def _claim(self, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        """One claim statement: on PostgreSQL from this claimer's cursor when it has one
-        and a full claim is not due (alkstore/_cursor.py, docs/adr/0027)."""
+    def _claim(self, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """The plain claim (`query`): on PostgreSQL from this claimer's cursor when it has
+        one and a full claim is not due (alkstore/_cursor.py, docs/adr/0027)."""
         cursor = self._cursor
         if cursor is None:
-            return self._engine.run("claim", params)
+            return self._engine.run(query, params)
         start = cursor.start()
         began = time.perf_counter()
         if start is None:
-            rows = self._engine.run("claim", params)
+            rows = self._engine.run(query, params)
         else:
             rows = self._engine.run("claim_from", {**params, "from": start})
         cursor.took(rows, start is None, time.perf_counter() - began)
@@ -429,6 +506,8 @@ class Queue(_ops.Operations):
             return []
         pairs = _encode([[job.id, job.lease_token] for job in jobs]).decode()
         done = {row[0] for row in self._engine.run("ack_many", {"pairs": pairs})}
+        if done and self.config().ordered:
+            self._engine.committed()  # the keys' next jobs are due: wake their claimers
         return [job.id for job in jobs if job.id not in done]
 
     def _checked(self, job: _jobs.Job[Any], operation: str, name: str, **params: Any) -> None:
@@ -439,12 +518,15 @@ class Queue(_ops.Operations):
 
     def _ack(self, job: _jobs.Job[Any]) -> None:
         self._checked(job, "ack", "ack")
+        if job.key is not None and self.config().ordered:
+            self._engine.committed()  # the key's next job is due: wake its claimers
 
     def _retry(self, job: _jobs.Job[Any], delay: float | None, error: str | None) -> None:
         error = "retry requested" if error is None else _checks.reason(error)
         if delay is not None:
             seconds("delay", delay)  # checked even when this attempt was the last
-        if job.attempt >= job.max_attempts:
+        policy = _ordering.policy_of(self, job)
+        if job.attempt >= job.max_attempts or policy == "dead_letter":
             self._bury(job, error)
             return
         if delay is None:
@@ -462,12 +544,27 @@ class Queue(_ops.Operations):
 
     def _bury(self, job: _jobs.Job[Any], reason: str) -> None:
         reason = _checks.reason(reason)
+        if _ordering.policy_of(self, job) == "park":  # the key waits for an operator
+            _ordering.park(self, job, reason)
+            return
         self._checked(job, "fail", "bury", attempts=job.attempt, reason=reason)
+        if job.key is not None and self.config().ordered:
+            self._engine.committed()  # the key's next job is due
 
     def _heartbeat(self, job: _jobs.Job[Any], progress: Any, extend: float | None) -> None:
         lease = job.lease_ms if extend is None else lease_ms("extend", extend)
         encoded = None if progress is None else _events.codec.encode_value(progress)
         self._checked(job, "heartbeat", "heartbeat", lease_ms=lease, progress=encoded)
+
+    def unpark(self, key: str, *, drop: bool = False, reason: str | None = None) -> int | None:
+        """Release a key parked by the "park" policy (docs/adr/0021): its head is due
+        again now with its attempts back, or with `drop=True` goes to the dead letters
+        (`reason`) and the key goes on. Returns the head's id; None: not parked."""
+        return _ordering.unpark(self, key, drop=drop, reason=reason)
+
+    def parked(self) -> dict[str, int]:
+        """The keys the "park" policy stopped, each with its head's id, in key order."""
+        return _ordering.parked(self)
 
     # -- stats ---------------------------------------------------------------------
 

@@ -40,6 +40,9 @@ TABLES = (
     "schedules",
     "schedule_firings",
     "workers",
+    "job_groups",  # written only by the ordering triggers, with their owner's rights
+    "rate_windows",  # written only by claim_limited, with its owner's rights
+    "key_rate_windows",  # the same
 )
 SEQUENCER = "sequence_events(integer)"
 
@@ -61,6 +64,7 @@ PRIVILEGES: dict[str, dict[str, str]] = {
         "locks": "SELECT, INSERT, UPDATE",  # the sweep records itself (sweep.last)
         "events": "SELECT, DELETE",  # the sweep's log retention
         "subscriptions": _SELECT,  # what every subscription has relayed (retention)
+        "key_rate_windows": _ALL,  # a key-rate-limited claim counts its keys (ADR 0021)
     },
     "relay": {
         "schema_migrations": _SELECT,

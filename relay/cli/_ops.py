@@ -85,7 +85,9 @@ def add_parsers(commands: argparse._SubParsersAction[Parser], common: Parser) ->
     _imports(get)
     listing = _leaf(actions, "list", "a queue's live jobs in id order", common)
     listing.add_argument("queue")
-    listing.add_argument("--state", choices=["ready", "scheduled", "running", "expired"])
+    listing.add_argument(
+        "--state", choices=["ready", "scheduled", "running", "expired", "held", "parked"]
+    )
     listing.add_argument("--limit", type=count(1), default=100, help="jobs shown")
     listing.add_argument("--after", type=count(0), default=0, help="start after this id")
     _imports(listing)

@@ -105,7 +105,7 @@ class Dispatcher:
                     self._run(item)
                 waiting.extend(item for item in items if not item.job.started)
                 if not jobs and not waiting:
-                    if self._once and quiet:
+                    if self._once and quiet and not _acks_pending(ctx, queue):
                         return
                     listener.wait(timer.timeout(ctx.poll))  # a due job wakes it too
                 elif not jobs:
@@ -148,6 +148,12 @@ class Dispatcher:
                 ctx.counters.add("returned", 1, item.job.queue)  # prefetched, never started
             except alkstore.AlkstoreError:
                 pass  # its lease will run out instead; no attempt was counted
+
+
+def _acks_pending(ctx: Context, queue: alkstore.Queue) -> bool:
+    """An ordered queue's drain (`once`) is not over while acks wait to be flushed: each
+    ack makes its key's next job claimable (docs/adr/0021)."""
+    return bool(len(ctx.inflight)) and queue.config().ordered
 
 
 def _attempt(n: int) -> tenacity.RetryCallState:

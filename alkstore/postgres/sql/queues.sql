@@ -1,14 +1,34 @@
 -- Queue queries of the PostgreSQL engine. One statement each: autocommit makes
 -- every operation atomic. Parameters are named; times are epoch milliseconds.
 
+-- name: held_fragment
+-- The visible_at of a job held behind its key's head in an ordered queue (docs/adr/0021,
+-- migration 0008): past any real time, so no claim reads it.
+9000000000000000
+
+-- name: parked_fragment
+-- The visible_at of a parked head (docs/adr/0021); held jobs are above it.
+8000000000000000
+
 -- name: queue_config
-SELECT max_attempts, backoff::text, visibility_ms, dead_retention_ms
+SELECT max_attempts, backoff::text, visibility_ms, dead_retention_ms, ordered, head_policy,
+       concurrency, key_concurrency, rate_limit, rate_period_ms, key_rate_limit
 FROM {ns}.queues WHERE name = %(queue)s
 
 -- name: queue_configure
-INSERT INTO {ns}.queues (name, max_attempts, backoff, visibility_ms, dead_retention_ms)
-VALUES (%(queue)s, %(max_attempts)s, %(backoff)s::jsonb, %(visibility_ms)s, %(dead_retention_ms)s)
+INSERT INTO {ns}.queues (name, max_attempts, backoff, visibility_ms, dead_retention_ms,
+                         ordered, head_policy, concurrency, key_concurrency, rate_limit,
+                         rate_period_ms, key_rate_limit)
+VALUES (%(queue)s, %(max_attempts)s, %(backoff)s::jsonb, %(visibility_ms)s, %(dead_retention_ms)s,
+        %(ordered)s, %(head_policy)s, %(limit)s, %(key_limit)s, %(rate)s, %(period)s, %(key_rate)s)
 ON CONFLICT (name) DO UPDATE SET
+    key_rate_limit = excluded.key_rate_limit,
+    concurrency = excluded.concurrency,
+    key_concurrency = excluded.key_concurrency,
+    rate_limit = excluded.rate_limit,
+    rate_period_ms = excluded.rate_period_ms,
+    ordered = excluded.ordered,
+    head_policy = excluded.head_policy,
     max_attempts = excluded.max_attempts,
     backoff = excluded.backoff,
     visibility_ms = excluded.visibility_ms,
@@ -16,25 +36,25 @@ ON CONFLICT (name) DO UPDATE SET
 
 -- name: enqueue
 INSERT INTO {ns}.jobs (queue, priority, visible_at, enqueued_at, expires_at, max_attempts,
-                       backoff, dedupe_key, type, key, position, headers, payload)
+                       backoff, dedupe_key, type, key, position, headers, payload, grp)
 VALUES (%(queue)s, %(priority)s, coalesce(%(run_at)s::bigint, {now} + %(delay_ms)s::bigint),
         {now}, coalesce(%(expires_at)s::bigint, {now} + %(expires_ms)s::bigint),
         coalesce(%(max_attempts)s,
                  (SELECT max_attempts FROM {ns}.queues WHERE name = %(queue)s), {default_max_attempts}),
         %(backoff)s::jsonb, %(dedupe_key)s, %(type)s, %(key)s, %(position)s,
-        %(headers)s::jsonb, %(payload)s::jsonb)
+        %(headers)s::jsonb, %(payload)s::jsonb, {ordered_key})
 RETURNING id
 
 -- name: enqueue_dedupe
 -- With a dedupe key: a live duplicate inserts nothing (and does not abort the transaction).
 INSERT INTO {ns}.jobs (queue, priority, visible_at, enqueued_at, expires_at, max_attempts,
-                       backoff, dedupe_key, type, key, position, headers, payload)
+                       backoff, dedupe_key, type, key, position, headers, payload, grp)
 VALUES (%(queue)s, %(priority)s, coalesce(%(run_at)s::bigint, {now} + %(delay_ms)s::bigint),
         {now}, coalesce(%(expires_at)s::bigint, {now} + %(expires_ms)s::bigint),
         coalesce(%(max_attempts)s,
                  (SELECT max_attempts FROM {ns}.queues WHERE name = %(queue)s), {default_max_attempts}),
         %(backoff)s::jsonb, %(dedupe_key)s, %(type)s, %(key)s, %(position)s,
-        %(headers)s::jsonb, %(payload)s::jsonb)
+        %(headers)s::jsonb, %(payload)s::jsonb, {ordered_key})
 ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
 
@@ -114,12 +134,13 @@ RETURNING j.id, j.queue, j.priority, j.claimed_for, j.attempts, j.max_attempts, 
           j.headers::text, j.payload::text, j.progress::text, j.started
 
 -- name: claim_from
--- The claim from a cursor (PostgreSQL only; docs/adr/0027): `from` is
+-- The claim from a cursor (docs/adr/0027; SQLite's queues never run it): `from` is
 -- [[priority, visible_at, id], ...], highest priority first: where in each level the
 -- claimer took its last job (a job's claim-index entry). Each level's range starts after
--- it instead of at the level's start (one enqueue_many's jobs share a visible_at), and no level is probed: while an old snapshot holds back vacuum, the entries of
--- every job processed since it began are still in the claim index, unremovable and
--- unskippable, and `claim` walks them all on every run (docs/performance.md, issue 13
+-- it instead of at the level's start (one enqueue_many's jobs share a visible_at), and
+-- no level is probed: while an old snapshot holds back vacuum, the entries of every job
+-- processed since it began are still in the claim index, unremovable and unskippable,
+-- and `claim` walks them all on every run (docs/performance.md, issue 13
 -- item 8). Jobs behind the cursor (a transaction that committed late, a lease given back
 -- early) and levels the cursor does not know are found by the next full `claim`, which
 -- Queue.claim_many runs often enough (alkstore/_cursor.py). A paused queue: nothing.
@@ -138,6 +159,12 @@ WITH next AS (
     LIMIT (SELECT %(n)s::int)
 )
 {claim_update}
+
+-- name: ordered_key_fragment
+-- A job's ordering key (docs/adr/0021): its key, when its queue is ordered.
+CASE WHEN %(key)s::text IS NOT NULL
+     THEN (SELECT CASE WHEN ordered THEN %(key)s::text END
+           FROM {ns}.queues WHERE name = %(queue)s) END
 
 -- name: top_priority_fragment
 -- The highest priority of the queue's jobs (NULL: none): the first entry of the claim index.
@@ -171,6 +198,7 @@ LEFT JOIN LATERAL (
            END AS due
     FROM {ns}.jobs AS j
     WHERE j.queue = %(queue)s AND j.priority = l.priority AND l.n <= %(levels)s
+      AND j.visible_at < {parked}  -- held and parked jobs fall due at no time
       AND j.attempts < j.max_attempts
       AND (j.expires_at IS NULL OR j.attempts > 0
            OR j.expires_at > greatest(j.visible_at, {now}))
@@ -253,12 +281,12 @@ WITH dead AS (
 )
 INSERT INTO {ns}.dead_letters (id, queue, priority, enqueued_at, attempts, max_attempts, backoff,
                                dedupe_key, type, key, position, headers, payload, history,
-                               reason, died_at)
+                               reason, died_at, grp)
 SELECT id, queue, priority, enqueued_at, %(attempts)s, max_attempts, backoff, dedupe_key, type,
        key, position, headers, payload,
        history || jsonb_build_array(jsonb_build_object(
            'attempt', %(attempts)s::int, 'error', %(reason)s::text, 'at', {now})),
-       %(reason)s, {now}
+       %(reason)s, {now}, grp
 FROM dead
 RETURNING id
 
@@ -273,30 +301,48 @@ WITH dead AS (
 )
 INSERT INTO {ns}.dead_letters (id, queue, priority, enqueued_at, attempts, max_attempts, backoff,
                                dedupe_key, type, key, position, headers, payload, history,
-                               reason, died_at)
+                               reason, died_at, grp)
 SELECT id, queue, priority, enqueued_at, attempts, max_attempts, backoff, dedupe_key, type, key,
-       position, headers, payload, history, 'expired', {now}
+       position, headers, payload, history, 'expired', {now}, grp
 FROM dead
 RETURNING id
 
 -- name: sweep_exhausted
-WITH dead AS (
+-- The head of a key in an ordered queue whose policy is park (docs/adr/0021) is parked
+-- instead: it stays its key's head, and the key waits for an operator.
+WITH parking AS (
+    SELECT name FROM {ns}.queues WHERE head_policy = 'park'
+), parked AS (
+    UPDATE {ns}.jobs AS j SET
+        visible_at = {parked}, lease_token = NULL, started = false,
+        history = CASE WHEN j.lease_token IS NULL THEN j.history
+                  ELSE j.history || jsonb_build_array(jsonb_build_object(
+                      'attempt', j.attempts, 'error', 'lease expired', 'at', j.visible_at)) END
+    WHERE j.id IN (
+        SELECT id FROM {ns}.jobs
+        WHERE attempts >= max_attempts AND grp IS NOT NULL AND visible_at < {parked}
+          AND (lease_token IS NULL OR (visible_at <= {now} AND {up_for_lease}))
+          AND queue IN (SELECT name FROM parking)
+        LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
+    RETURNING j.id
+), dead AS (
     DELETE FROM {ns}.jobs WHERE id IN (
         SELECT id FROM {ns}.jobs
-        WHERE attempts >= max_attempts
+        WHERE attempts >= max_attempts AND visible_at < {parked}
           AND (lease_token IS NULL OR (visible_at <= {now} AND {up_for_lease}))
+          AND NOT (grp IS NOT NULL AND queue IN (SELECT name FROM parking))
         LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
     RETURNING *
 )
 INSERT INTO {ns}.dead_letters (id, queue, priority, enqueued_at, attempts, max_attempts, backoff,
                                dedupe_key, type, key, position, headers, payload, history,
-                               reason, died_at)
+                               reason, died_at, grp)
 SELECT id, queue, priority, enqueued_at, attempts, max_attempts, backoff, dedupe_key, type, key,
        position, headers, payload,
        CASE WHEN lease_token IS NULL THEN history
        ELSE history || jsonb_build_array(jsonb_build_object(
            'attempt', attempts, 'error', 'lease expired', 'at', visible_at)) END,
-       CASE WHEN lease_token IS NULL THEN 'attempts exhausted' ELSE 'lease expired' END, {now}
+       CASE WHEN lease_token IS NULL THEN 'attempts exhausted' ELSE 'lease expired' END, {now}, grp
 FROM dead
 RETURNING id
 
@@ -352,11 +398,11 @@ WITH back AS (
     RETURNING *
 )
 INSERT INTO {ns}.jobs (id, queue, priority, visible_at, enqueued_at, attempts, max_attempts,
-                       backoff, dedupe_key, type, key, position, headers, payload, history)
+                       backoff, dedupe_key, type, key, position, headers, payload, history, grp)
 OVERRIDING SYSTEM VALUE
 SELECT id, queue, priority, {now}, enqueued_at,
        CASE WHEN %(reset)s THEN 0 ELSE least(attempts, max_attempts - 1) END,
-       max_attempts, backoff, dedupe_key, type, key, position, headers, payload, history
+       max_attempts, backoff, dedupe_key, type, key, position, headers, payload, history, grp
 FROM back
 RETURNING id
 
@@ -415,3 +461,84 @@ ORDER BY id
 -- back and runs again (_bulk.py).
 COPY {ns}.jobs (queue, enqueued_at, priority, visible_at, expires_at, max_attempts,
                 backoff, dedupe_key, type, headers, payload) FROM STDIN
+
+
+-- name: park
+-- A head of an ordered queue that failed for good under the park policy (docs/adr/0021):
+-- it stays its key's head, unclaimable, until `Queue.unpark`.
+UPDATE {ns}.jobs SET
+    visible_at = {parked},
+    lease_token = NULL,
+    started = false,
+    attempts = %(attempts)s,
+    history = history || jsonb_build_array(jsonb_build_object(
+        'attempt', %(attempts)s::int, 'error', %(error)s::text, 'at', {now}))
+WHERE id = %(id)s AND lease_token = %(token)s
+RETURNING id
+
+-- name: unpark
+-- Release a parked key: its head is due now, with its attempts back.
+UPDATE {ns}.jobs SET visible_at = {now}, attempts = 0
+WHERE queue = %(queue)s AND grp = %(grp)s AND visible_at = {parked} AND held_due IS NULL
+RETURNING id
+
+-- name: drop_parked
+-- Release a parked key without its head: the head goes to the dead letters, the key's
+-- next job becomes the head (the promotion trigger, migration 0008).
+WITH dead AS (
+    DELETE FROM {ns}.jobs
+    WHERE queue = %(queue)s AND grp = %(grp)s AND visible_at = {parked} AND held_due IS NULL
+    RETURNING *
+)
+INSERT INTO {ns}.dead_letters (id, queue, priority, enqueued_at, attempts, max_attempts, backoff,
+                               dedupe_key, type, key, position, headers, payload, history,
+                               reason, died_at, grp)
+SELECT id, queue, priority, enqueued_at, attempts, max_attempts, backoff, dedupe_key, type, key,
+       position, headers, payload, history, %(reason)s, {now}, grp
+FROM dead
+RETURNING id
+
+-- name: parked_keys
+-- The parked keys of an ordered queue, with their heads, in key order.
+SELECT grp, id FROM {ns}.jobs
+WHERE queue = %(queue)s AND visible_at = {parked} AND held_due IS NULL AND grp IS NOT NULL
+ORDER BY grp
+
+-- name: claim_limited
+-- The claim of a queue with limits (docs/adr/0021; the function is migration 0008's);
+-- a queue without keeps `claim`.
+SELECT * FROM {ns}.claim_limited(
+    %(queue)s::text, %(now)s::bigint, %(lease_ms)s::bigint, %(n)s::int, %(go)s::int,
+    %(scan)s::int, %(limit)s::int, %(key_limit)s::int, %(rate)s::int, %(period)s::bigint,
+    %(key_rate)s::int)
+
+-- name: claim_capped
+-- The same function: it takes the lean path itself when there is no key limit.
+SELECT * FROM {ns}.claim_limited(
+    %(queue)s::text, %(now)s::bigint, %(lease_ms)s::bigint, %(n)s::int, %(go)s::int,
+    %(scan)s::int, %(limit)s::int, %(key_limit)s::int, %(rate)s::int, %(period)s::bigint,
+    %(key_rate)s::int)
+
+-- name: count_key_starts
+-- The jobs a claim_limited run just started per key (%(starts)s, [[key, n], ...]) into
+-- their keys' rate windows, in the claim's transaction (docs/adr/0021), while its lock
+-- is held; a key's window two periods old counts for nothing and goes (not those
+-- counted here: one statement may not delete and upsert the same row).
+WITH t AS (
+    SELECT {now} / %(period)s::bigint * %(period)s::bigint AS ws
+), starts AS (
+    SELECT e->>0 AS key, (e->>1)::int AS n FROM jsonb_array_elements(%(starts)s::jsonb) AS e
+), gone AS (
+    DELETE FROM {ns}.key_rate_windows AS w USING t
+    WHERE w.queue = %(queue)s AND w.window_start < t.ws - %(period)s::bigint
+      AND w.key NOT IN (SELECT key FROM starts)
+)
+INSERT INTO {ns}.key_rate_windows AS w (queue, key, window_start, prev, cur)
+SELECT %(queue)s, s.key, t.ws, 0, s.n FROM starts AS s, t
+ON CONFLICT (queue, key) DO UPDATE SET
+    prev = CASE WHEN w.window_start = excluded.window_start THEN w.prev
+                WHEN w.window_start = excluded.window_start - %(period)s::bigint THEN w.cur
+                ELSE 0 END,
+    cur = CASE WHEN w.window_start = excluded.window_start THEN w.cur + excluded.cur
+               ELSE excluded.cur END,
+    window_start = excluded.window_start

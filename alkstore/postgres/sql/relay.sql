@@ -66,10 +66,11 @@ FROM low, (SELECT set_config('jit', 'off', true)) AS no_jit
 -- third of the log (docs/adr/0011).
 WITH inserted AS (
     INSERT INTO {ns}.jobs (queue, priority, visible_at, enqueued_at, max_attempts,
-                           type, key, position, headers, payload, dedupe_key)
+                           type, key, position, headers, payload, dedupe_key, grp)
     SELECT s.queue, 0, {now}, {now}, coalesce(q.max_attempts, {default_max_attempts}),
            e.type, e.key, e.position, e.headers, e.payload,
-           CASE WHEN s.dedupe THEN e.key END  -- dedupe_by_key (ADR 0022)
+           CASE WHEN s.dedupe THEN e.key END,  -- dedupe_by_key (ADR 0022)
+           CASE WHEN q.ordered THEN e.key END  -- an ordered queue: by event key (ADR 0021)
     FROM {ns}.subscriptions AS s
     JOIN {ns}.events AS e
       ON e.position > %(low)s AND e.position <= %(high)s AND e.position > s.checkpoint

@@ -11,10 +11,12 @@ NOT EXISTS (SELECT 1 FROM {ns}__queues WHERE name = :queue AND paused)
 -- A live job's state, as `stats` counts them: running (leased, or leased and exhausted
 -- until the sweep buries it), scheduled (its run time is ahead), ready (claimable now),
 -- or expired (unclaimable: past `expires` before its first claim, or out of attempts;
--- the next sweep dead-letters it).
+-- the next sweep dead-letters it); in an ordered queue (docs/adr/0021), held (behind its
+-- key's head) or parked (a head that failed for good under the park policy).
 (CASE
     WHEN lease_token IS NOT NULL AND (visible_at > {now} OR attempts >= max_attempts)
     THEN 'running'
+    WHEN visible_at >= {parked} THEN (CASE WHEN held_due IS NULL THEN 'parked' ELSE 'held' END)
     WHEN visible_at > {now} THEN 'scheduled'
     WHEN attempts < max_attempts AND (expires_at IS NULL OR attempts > 0 OR expires_at > {now})
     THEN 'ready'
@@ -70,7 +72,7 @@ UPDATE {ns}__queues SET paused = 0 WHERE name = :queue AND paused RETURNING name
 SELECT id, queue, state, priority, attempts, max_attempts, enqueued_at, visible_at,
        expires_at, dedupe_key, type, key, position, headers, payload, progress, history
 FROM (SELECT id, queue, {job_state} AS state, priority, attempts, max_attempts, enqueued_at,
-             visible_at, expires_at, dedupe_key, type, key, position, headers, payload,
+             CASE WHEN visible_at >= {parked} THEN coalesce(held_due, claimed_for, enqueued_at) ELSE visible_at END AS visible_at, expires_at, dedupe_key, type, key, position, headers, payload,
              progress, history
       FROM {ns}__jobs WHERE queue = :queue AND id > :after)
 WHERE :state IS NULL OR state = :state
@@ -79,8 +81,8 @@ LIMIT :limit
 
 -- name: job_get
 -- A job by id wherever it is: live (with its state) or dead (with reason and died_at).
-SELECT id, queue, {job_state}, priority, attempts, max_attempts, enqueued_at, visible_at,
-       expires_at, dedupe_key, type, key, position, headers, payload, progress, history,
+SELECT id, queue, {job_state}, priority, attempts, max_attempts, enqueued_at,
+       CASE WHEN visible_at >= {parked} THEN coalesce(held_due, claimed_for, enqueued_at) ELSE visible_at END, expires_at, dedupe_key, type, key, position, headers, payload, progress, history,
        NULL, NULL
 FROM {ns}__jobs WHERE id = :id AND (:queue IS NULL OR queue = :queue)
 UNION ALL
@@ -95,9 +97,11 @@ RETURNING id
 
 -- name: job_retry
 -- Claimable now: never later than it was, an expiry that passed is lifted and a job out of
--- attempts gets one more.
+-- attempts gets one more. A held job (docs/adr/0021) stays behind its key's head, due now
+-- when its turn comes; a parked head is released.
 UPDATE {ns}__jobs SET
-    visible_at = min(visible_at, {now}),
+    visible_at = CASE WHEN held_due IS NULL THEN min(visible_at, {now}) ELSE visible_at END,
+    held_due = min(held_due, {now}),
     attempts = min(attempts, max_attempts - 1),
     expires_at = CASE WHEN attempts = 0 AND expires_at <= {now} THEN NULL ELSE expires_at END
 WHERE id = :id AND queue = :queue AND {job_state} <> 'running'

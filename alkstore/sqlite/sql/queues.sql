@@ -1,14 +1,34 @@
 -- Queue queries of the SQLite engine. Each runs in one BEGIN IMMEDIATE
 -- transaction (several statements share the named parameters). Times: epoch ms.
 
+-- name: held_fragment
+-- The visible_at of a job held behind its key's head in an ordered queue (docs/adr/0021,
+-- migration 0008): past any real time, so no claim reads it.
+9000000000000000
+
+-- name: parked_fragment
+-- The visible_at of a parked head (docs/adr/0021); held jobs are above it.
+8000000000000000
+
 -- name: queue_config
-SELECT max_attempts, backoff, visibility_ms, dead_retention_ms
+SELECT max_attempts, backoff, visibility_ms, dead_retention_ms, ordered, head_policy,
+       concurrency, key_concurrency, rate_limit, rate_period_ms, key_rate_limit
 FROM {ns}__queues WHERE name = :queue
 
 -- name: queue_configure
-INSERT INTO {ns}__queues (name, max_attempts, backoff, visibility_ms, dead_retention_ms)
-VALUES (:queue, :max_attempts, :backoff, :visibility_ms, :dead_retention_ms)
+INSERT INTO {ns}__queues (name, max_attempts, backoff, visibility_ms, dead_retention_ms,
+                          ordered, head_policy, concurrency, key_concurrency, rate_limit,
+                          rate_period_ms, key_rate_limit)
+VALUES (:queue, :max_attempts, :backoff, :visibility_ms, :dead_retention_ms,
+        :ordered, :head_policy, :limit, :key_limit, :rate, :period, :key_rate)
 ON CONFLICT (name) DO UPDATE SET
+    key_rate_limit = excluded.key_rate_limit,
+    concurrency = excluded.concurrency,
+    key_concurrency = excluded.key_concurrency,
+    rate_limit = excluded.rate_limit,
+    rate_period_ms = excluded.rate_period_ms,
+    ordered = excluded.ordered,
+    head_policy = excluded.head_policy,
     max_attempts = excluded.max_attempts,
     backoff = excluded.backoff,
     visibility_ms = excluded.visibility_ms,
@@ -16,21 +36,23 @@ ON CONFLICT (name) DO UPDATE SET
 
 -- name: enqueue
 INSERT INTO {ns}__jobs (queue, priority, visible_at, enqueued_at, expires_at, max_attempts,
-                        backoff, dedupe_key, type, key, position, headers, payload)
+                        backoff, dedupe_key, type, key, position, headers, payload, grp)
 VALUES (:queue, :priority, coalesce(:run_at, {now} + :delay_ms), {now},
         coalesce(:expires_at, {now} + :expires_ms),
         coalesce(:max_attempts, (SELECT max_attempts FROM {ns}__queues WHERE name = :queue), {default_max_attempts}),
-        :backoff, :dedupe_key, :type, :key, :position, :headers, :payload)
+        :backoff, :dedupe_key, :type, :key, :position, :headers, :payload,
+        {ordered_key})
 RETURNING id
 
 -- name: enqueue_dedupe
 -- With a dedupe key: a live duplicate inserts nothing (and does not abort the transaction).
 INSERT INTO {ns}__jobs (queue, priority, visible_at, enqueued_at, expires_at, max_attempts,
-                        backoff, dedupe_key, type, key, position, headers, payload)
+                        backoff, dedupe_key, type, key, position, headers, payload, grp)
 VALUES (:queue, :priority, coalesce(:run_at, {now} + :delay_ms), {now},
         coalesce(:expires_at, {now} + :expires_ms),
         coalesce(:max_attempts, (SELECT max_attempts FROM {ns}__queues WHERE name = :queue), {default_max_attempts}),
-        :backoff, :dedupe_key, :type, :key, :position, :headers, :payload)
+        :backoff, :dedupe_key, :type, :key, :position, :headers, :payload,
+        {ordered_key})
 ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
 
@@ -112,6 +134,11 @@ UPDATE {ns}__jobs SET
                   'attempt', attempts, 'error', 'lease expired', 'at', visible_at))
               END
 
+-- name: ordered_key_fragment
+-- A job's ordering key (docs/adr/0021): its key, when its queue is ordered.
+CASE WHEN :key IS NOT NULL THEN (SELECT CASE WHEN ordered THEN :key END
+                                 FROM {ns}__queues WHERE name = :queue) END
+
 -- name: top_priority_fragment
 -- The highest priority of the queue's jobs (NULL: none): the first entry of the claim index.
 -- NULL too while the queue is paused (operations.sql): then a claim reads no job. (In the
@@ -138,6 +165,7 @@ WITH RECURSIVE levels (priority, n) AS (
 SELECT min(CASE WHEN l.n <= :levels THEN (
            SELECT j.visible_at FROM {ns}__jobs AS j
            WHERE j.queue = :queue AND j.priority = l.priority
+             AND j.visible_at < {parked}  -- held and parked jobs fall due at no time
              AND j.attempts < j.max_attempts
              AND (j.expires_at IS NULL OR j.attempts > 0
                   OR j.expires_at > max(j.visible_at, {now}))
@@ -205,12 +233,12 @@ RETURNING id
 -- name: bury
 INSERT INTO {ns}__dead_letters (id, queue, priority, enqueued_at, attempts, max_attempts, backoff,
                                 dedupe_key, type, key, position, headers, payload, history,
-                                reason, died_at)
+                                reason, died_at, grp)
 SELECT id, queue, priority, enqueued_at, :attempts, max_attempts, backoff, dedupe_key, type, key,
        position, headers, payload,
        json_insert(history, '$[#]', json_object('attempt', :attempts, 'error', :reason,
                                                 'at', {now})),
-       :reason, {now}
+       :reason, {now}, grp
 FROM {ns}__jobs WHERE id = :id AND lease_token = :token
 RETURNING id;
 DELETE FROM {ns}__jobs WHERE id = :id AND lease_token = :token
@@ -224,27 +252,41 @@ WHERE expires_at <= {now} AND attempts = 0 AND expires_at IS NOT NULL
 LIMIT :batch;
 INSERT INTO {ns}__dead_letters (id, queue, priority, enqueued_at, attempts, max_attempts, backoff,
                                 dedupe_key, type, key, position, headers, payload, history,
-                                reason, died_at)
+                                reason, died_at, grp)
 SELECT id, queue, priority, enqueued_at, attempts, max_attempts, backoff, dedupe_key, type, key,
-       position, headers, payload, history, 'expired', {now}
+       position, headers, payload, history, 'expired', {now}, grp
 FROM {ns}__jobs WHERE id IN (SELECT id FROM temp.sweep_ids)
 RETURNING id;
 DELETE FROM {ns}__jobs WHERE id IN (SELECT id FROM temp.sweep_ids)
 
 -- name: sweep_exhausted
+-- The head of a key in an ordered queue whose policy is park (docs/adr/0021) is parked
+-- instead: it stays its key's head, and the key waits for an operator.
+UPDATE {ns}__jobs SET
+    visible_at = {parked}, lease_token = NULL, started = 0,
+    history = CASE WHEN lease_token IS NULL THEN history
+              ELSE json_insert(history, '$[#]', json_object(
+                  'attempt', attempts, 'error', 'lease expired', 'at', visible_at)) END
+WHERE id IN (
+    SELECT id FROM {ns}__jobs
+    WHERE attempts >= max_attempts AND (lease_token IS NULL OR visible_at <= {now})
+      AND grp IS NOT NULL AND visible_at < {parked}
+      AND queue IN (SELECT name FROM {ns}__queues WHERE head_policy = 'park')
+    LIMIT :batch);
 CREATE TEMP TABLE IF NOT EXISTS sweep_ids (id INTEGER PRIMARY KEY);
 DELETE FROM temp.sweep_ids;
 INSERT INTO temp.sweep_ids SELECT id FROM {ns}__jobs
-WHERE attempts >= max_attempts AND (lease_token IS NULL OR visible_at <= {now}) LIMIT :batch;
+WHERE attempts >= max_attempts AND (lease_token IS NULL OR visible_at <= {now})
+  AND visible_at < {parked} LIMIT :batch;
 INSERT INTO {ns}__dead_letters (id, queue, priority, enqueued_at, attempts, max_attempts, backoff,
                                 dedupe_key, type, key, position, headers, payload, history,
-                                reason, died_at)
+                                reason, died_at, grp)
 SELECT id, queue, priority, enqueued_at, attempts, max_attempts, backoff, dedupe_key, type, key,
        position, headers, payload,
        CASE WHEN lease_token IS NULL THEN history
        ELSE json_insert(history, '$[#]', json_object(
            'attempt', attempts, 'error', 'lease expired', 'at', visible_at)) END,
-       CASE WHEN lease_token IS NULL THEN 'attempts exhausted' ELSE 'lease expired' END, {now}
+       CASE WHEN lease_token IS NULL THEN 'attempts exhausted' ELSE 'lease expired' END, {now}, grp
 FROM {ns}__jobs WHERE id IN (SELECT id FROM temp.sweep_ids)
 RETURNING id;
 DELETE FROM {ns}__jobs WHERE id IN (SELECT id FROM temp.sweep_ids)
@@ -291,10 +333,11 @@ WHERE d.queue = :queue AND (:all OR d.id IN (SELECT value FROM json_each(:ids)))
       WHERE o.queue = d.queue AND o.dedupe_key = d.dedupe_key AND o.id < d.id
         AND (:all OR o.id IN (SELECT value FROM json_each(:ids))));
 INSERT INTO {ns}__jobs (id, queue, priority, visible_at, enqueued_at, attempts, max_attempts,
-                        backoff, dedupe_key, type, key, position, headers, payload, history)
+                        backoff, dedupe_key, type, key, position, headers, payload, history,
+                        grp)
 SELECT id, queue, priority, {now}, enqueued_at,
        CASE WHEN :reset THEN 0 ELSE min(attempts, max_attempts - 1) END,
-       max_attempts, backoff, dedupe_key, type, key, position, headers, payload, history
+       max_attempts, backoff, dedupe_key, type, key, position, headers, payload, history, grp
 FROM {ns}__dead_letters WHERE id IN (SELECT id FROM temp.requeue_ids)
 RETURNING id;
 DELETE FROM {ns}__dead_letters WHERE id IN (SELECT id FROM temp.requeue_ids)
@@ -339,3 +382,185 @@ INSERT INTO {ns}__jobs (queue, enqueued_at, priority, visible_at, expires_at, ma
                         backoff, dedupe_key, type, headers, payload)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
 RETURNING id
+
+
+-- name: park
+-- A head of an ordered queue that failed for good under the park policy (docs/adr/0021):
+-- it stays its key's head, unclaimable, until `Queue.unpark`.
+UPDATE {ns}__jobs SET
+    visible_at = {parked},
+    lease_token = NULL,
+    started = 0,
+    attempts = :attempts,
+    history = json_insert(history, '$[#]', json_object(
+        'attempt', :attempts, 'error', :error, 'at', {now}))
+WHERE id = :id AND lease_token = :token
+RETURNING id
+
+-- name: unpark
+-- Release a parked key: its head is due now, with its attempts back.
+UPDATE {ns}__jobs SET visible_at = {now}, attempts = 0
+WHERE queue = :queue AND grp = :grp AND visible_at = {parked} AND held_due IS NULL
+RETURNING id
+
+-- name: drop_parked
+-- Release a parked key without its head: the head goes to the dead letters, the key's
+-- next job becomes the head (the promotion trigger, migration 0008).
+INSERT INTO {ns}__dead_letters (id, queue, priority, enqueued_at, attempts, max_attempts, backoff,
+                                dedupe_key, type, key, position, headers, payload, history,
+                                reason, died_at, grp)
+SELECT id, queue, priority, enqueued_at, attempts, max_attempts, backoff, dedupe_key, type, key,
+       position, headers, payload, history, :reason, {now}, grp
+FROM {ns}__jobs
+WHERE queue = :queue AND grp = :grp AND visible_at = {parked} AND held_due IS NULL
+RETURNING id;
+DELETE FROM {ns}__jobs
+WHERE queue = :queue AND grp = :grp AND visible_at = {parked} AND held_due IS NULL
+
+-- name: parked_keys
+-- The parked keys of an ordered queue, with their heads, in key order.
+SELECT grp, id FROM {ns}__jobs
+WHERE queue = :queue AND visible_at = {parked} AND held_due IS NULL AND grp IS NOT NULL
+ORDER BY grp
+
+-- name: claim_limited
+-- The claim of a queue with limits (docs/adr/0021); a queue without keeps `claim`. One
+-- writer at a time (BEGIN IMMEDIATE), so the counts below are the truth when the jobs
+-- are leased. Running: the queue's live leases (the jobs_leases index: every lease in
+-- the database that has not run out, the queue's picked among them). The candidates:
+-- the first :scan claimable jobs in claim order (the walk of the claim index); of
+-- them, in claim order, those whose key is under :key_limit (and :key_rate) counting
+-- the ones before them, at most :n, what :limit leaves and what the rate window leaves. Then the rate
+-- window counts what was claimed (changes(): the rows of the UPDATE); with a :key_rate,
+-- count_key_starts counts each claimed key's in the same transaction (_ordering.py).
+UPDATE {ns}__jobs SET
+    attempts = attempts + :go,
+    started = :go,
+    claimed_for = visible_at,
+    visible_at = {now} + :lease_ms,
+    lease_ms = :lease_ms,
+    lease_token = (abs(random()) % 9007199254740991) + 1,
+    history = CASE WHEN lease_token IS NULL OR NOT started THEN history
+              ELSE json_insert(history, '$[#]', json_object(
+                  'attempt', attempts, 'error', 'lease expired', 'at', visible_at))
+              END
+WHERE id IN (
+    WITH t AS MATERIALIZED (  -- the time and the rate window once (and a shorter text)
+        SELECT {now} AS now, ({now} / :period) * :period AS ws
+    ), running AS MATERIALIZED (  -- once per claim, not once per candidate
+        SELECT r.key, count(*) AS n FROM {ns}__jobs AS r INDEXED BY {ns}__jobs_leases
+        WHERE r.lease_token IS NOT NULL AND r.visible_at > (SELECT now FROM t) AND r.queue = :queue
+        GROUP BY r.key
+    ), used AS (  -- the rate windows' starts in the sliding period: the queue's (key NULL)
+        SELECT w.key, CASE  -- and, with :key_rate, each key's
+            WHEN w.window_start = t.ws
+            THEN w.prev * (:period - (t.now - t.ws)) * 1.0 / :period + w.cur
+            WHEN w.window_start = t.ws - :period
+            THEN w.cur * (:period - (t.now - t.ws)) * 1.0 / :period
+            ELSE 0 END AS n
+        FROM t, (SELECT NULL AS key, window_start, prev, cur FROM {ns}__rate_windows
+                 WHERE queue = :queue
+                 UNION ALL
+                 SELECT key, window_start, prev, cur FROM {ns}__key_rate_windows
+                 WHERE queue = :queue AND :key_rate IS NOT NULL) AS w
+    ), cand AS (
+        SELECT c.id, c.key, c.priority, c.visible_at,
+               row_number() OVER (PARTITION BY c.key
+                                  ORDER BY c.priority DESC, c.visible_at, c.id) AS rk
+        FROM (SELECT j.id, j.key, j.priority, j.visible_at FROM {ns}__jobs AS j
+              WHERE j.queue = :queue AND +j.visible_at <= (SELECT now FROM t)
+                AND j.attempts < j.max_attempts
+                AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > (SELECT now FROM t))
+                AND {queue_open}
+              ORDER BY j.priority DESC, j.visible_at, j.id
+              LIMIT :scan) AS c
+    )
+    SELECT c.id FROM cand AS c
+    LEFT JOIN running AS r ON r.key = c.key
+    LEFT JOIN used AS k ON k.key = c.key
+    WHERE c.key IS NULL
+       OR ((:key_limit IS NULL OR c.rk + coalesce(r.n, 0) <= :key_limit)
+           AND (:key_rate IS NULL OR c.rk <= :key_rate - coalesce(k.n, 0)))
+    ORDER BY c.priority DESC, c.visible_at, c.id
+    LIMIT max(0, min(:n,
+                     coalesce(:limit - (SELECT coalesce(sum(n), 0) FROM running), :n),
+                     coalesce(CAST(:rate - coalesce((SELECT n FROM used WHERE key IS NULL), 0)
+                                   AS INTEGER), :n)))
+)
+RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lease_token, lease_ms,
+          enqueued_at, type, key, position, headers, payload, progress, started;
+INSERT INTO {ns}__rate_windows (queue, window_start, prev, cur)
+SELECT :queue, ({now} / :period) * :period, 0, changes() WHERE :rate IS NOT NULL
+ON CONFLICT (queue) DO UPDATE SET
+    prev = CASE WHEN window_start = excluded.window_start THEN prev
+                WHEN window_start = excluded.window_start - :period THEN cur
+                ELSE 0 END,
+    cur = CASE WHEN window_start = excluded.window_start THEN cur + excluded.cur
+               ELSE excluded.cur END,
+    window_start = excluded.window_start
+
+-- name: claim_capped
+-- claim_limited without a key limit (docs/adr/0021): the plain walk of the claim index
+-- in claim order, as many as the queue's limit and the rate window leave (LIMIT is
+-- computed once). Running: the live leases of the whole database (the jobs_leases
+-- index, forced: the planner's choice, the claim index, reads every job of the queue).
+UPDATE {ns}__jobs SET
+    attempts = attempts + :go,
+    started = :go,
+    claimed_for = visible_at,
+    visible_at = {now} + :lease_ms,
+    lease_ms = :lease_ms,
+    lease_token = (abs(random()) % 9007199254740991) + 1,
+    history = CASE WHEN lease_token IS NULL OR NOT started THEN history
+              ELSE json_insert(history, '$[#]', json_object(
+                  'attempt', attempts, 'error', 'lease expired', 'at', visible_at))
+              END
+WHERE id IN (
+    SELECT j.id FROM {ns}__jobs AS j
+    WHERE j.queue = :queue AND +j.visible_at <= {now}
+      AND j.attempts < j.max_attempts
+      AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > {now})
+      AND {queue_open}
+    ORDER BY j.priority DESC, j.visible_at, j.id
+    LIMIT max(0, min(:n,
+        coalesce(:limit - (SELECT count(*) FROM {ns}__jobs AS r INDEXED BY {ns}__jobs_leases
+                           WHERE r.lease_token IS NOT NULL AND r.visible_at > {now}
+                             AND r.queue = :queue), :n),
+        coalesce(CAST(:rate - coalesce((
+            SELECT CASE
+                WHEN w.window_start = ({now} / :period) * :period
+                THEN w.prev * (:period - ({now} - w.window_start)) * 1.0 / :period + w.cur
+                WHEN w.window_start = ({now} / :period) * :period - :period
+                THEN w.cur * (:period - ({now} - w.window_start - :period)) * 1.0 / :period
+                ELSE 0 END
+            FROM {ns}__rate_windows AS w WHERE w.queue = :queue), 0) AS INTEGER), :n)))
+)
+RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lease_token, lease_ms,
+          enqueued_at, type, key, position, headers, payload, progress, started;
+INSERT INTO {ns}__rate_windows (queue, window_start, prev, cur)
+SELECT :queue, ({now} / :period) * :period, 0, changes() WHERE :rate IS NOT NULL
+ON CONFLICT (queue) DO UPDATE SET
+    prev = CASE WHEN window_start = excluded.window_start THEN prev
+                WHEN window_start = excluded.window_start - :period THEN cur
+                ELSE 0 END,
+    cur = CASE WHEN window_start = excluded.window_start THEN cur + excluded.cur
+               ELSE excluded.cur END,
+    window_start = excluded.window_start
+
+-- name: count_key_starts
+-- The jobs a claim_limited run just started per key (:starts, [[key, n], ...]) into their
+-- keys' rate windows, in the claim's transaction (docs/adr/0021); a key's window two
+-- periods old counts for nothing and goes.
+DELETE FROM {ns}__key_rate_windows
+WHERE queue = :queue AND window_start < ({now} / :period) * :period - :period;
+INSERT INTO {ns}__key_rate_windows (queue, key, window_start, prev, cur)
+SELECT :queue, json_extract(value, '$[0]'), ({now} / :period) * :period, 0,
+       json_extract(value, '$[1]')
+FROM json_each(:starts) WHERE true
+ON CONFLICT (queue, key) DO UPDATE SET
+    prev = CASE WHEN window_start = excluded.window_start THEN prev
+                WHEN window_start = excluded.window_start - :period THEN cur
+                ELSE 0 END,
+    cur = CASE WHEN window_start = excluded.window_start THEN cur + excluded.cur
+               ELSE excluded.cur END,
+    window_start = excluded.window_start

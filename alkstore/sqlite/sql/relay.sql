@@ -58,10 +58,11 @@ FROM low
 -- ORDER BY needs no sort. Without :low the plan walked the log from position 1 on every
 -- batch (docs/adr/0011).
 INSERT INTO {ns}__jobs (queue, priority, visible_at, enqueued_at, max_attempts,
-                        type, key, position, headers, payload, dedupe_key)
+                        type, key, position, headers, payload, dedupe_key, grp)
 SELECT s.queue, 0, {now}, {now}, coalesce(q.max_attempts, {default_max_attempts}),
        e.type, e.key, e.position, e.headers, e.payload,
-       CASE WHEN s.dedupe THEN e.key END  -- dedupe_by_key (ADR 0022)
+       CASE WHEN s.dedupe THEN e.key END,  -- dedupe_by_key (ADR 0022)
+       CASE WHEN q.ordered THEN e.key END  -- an ordered queue: by event key (ADR 0021)
 FROM {ns}__subscriptions AS s
 LEFT JOIN {ns}__queues AS q ON q.name = s.queue
 CROSS JOIN {ns}__events AS e
