@@ -440,16 +440,16 @@ class Queue(_ops.Operations):
         self._bury_exhausted()
         return jobs
 
-    def _claim(self, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        """The plain claim (`query`): on PostgreSQL from this claimer's cursor when it has
+    def _claim(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """The plain claim (`name`): on PostgreSQL from this claimer's cursor when it has
         one and a full claim is not due (alkstore/_cursor.py, docs/adr/0027)."""
         cursor = self._cursor
         if cursor is None:
-            return self._engine.run(query, params)
+            return self._engine.run(name, params)
         start = cursor.start()
         began = time.perf_counter()
         if start is None:
-            rows = self._engine.run(query, params)
+            rows = self._engine.run(name, params)
         else:
             rows = self._engine.run("claim_from", {**params, "from": start})
         cursor.took(rows, start is None, time.perf_counter() - began)
