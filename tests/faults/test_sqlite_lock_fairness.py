@@ -20,7 +20,7 @@ import pytest
 import alkstore
 
 DRAINERS = 2
-BACKLOG = 60_000
+BACKLOG = 200_000  # the drainers take 10-40k jobs/s together: never run out before the probes end
 PROBES = 200
 PROBE_GAP = 0.02
 WAIT_BOUND = 0.5  # seconds for one enqueue: about 20x the longest measured
