@@ -63,6 +63,8 @@ class Cursor:
             self._slow = self._slow + 1 if slow else 0
             wait = SHARE * seconds if self._slow >= SLOW_RUNS else 0.0
             self._full_after = time.monotonic() + wait
+            if not slow:  # the common case costs no look at the rows: the slow full
+                return  # claims before the cursor is used record where they ended
         at = self._at
         if len(at) > LEVELS:  # levels come and go: forget them, the full claims relearn
             at.clear()

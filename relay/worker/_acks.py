@@ -36,6 +36,7 @@ class Acks:
         flush: float,
     ) -> None:
         self._store = store
+        self._queues: dict[str, alkstore.Queue] = {}  # one per name: its config is cached
         self._inflight = inflight
         self._counters = counters
         self._report = report
@@ -85,7 +86,10 @@ class Acks:
         for name, entries in grouped.items():
             jobs = [item.job for item, _ in entries]
             try:
-                lost = set(self._store.queue(name).ack_many(jobs))
+                queue = self._queues.get(name) or self._queues.setdefault(
+                    name, self._store.queue(name)
+                )
+                lost = set(queue.ack_many(jobs))
             except alkstore.StorageError as exc:
                 if isinstance(exc, alkstore.PermanentError):
                     raise  # the worker stops (its jobs come back when their leases end)
