@@ -433,17 +433,7 @@ ORDER BY grp
 -- the ones before them, at most :n, what :limit leaves and what the rate window leaves. Then the rate
 -- window counts what was claimed (changes(): the rows of the UPDATE); with a :key_rate,
 -- count_key_starts counts each claimed key's in the same transaction (_ordering.py).
-UPDATE {ns}__jobs SET
-    attempts = attempts + :go,
-    started = :go,
-    claimed_for = visible_at,
-    visible_at = {now} + :lease_ms,
-    lease_ms = :lease_ms,
-    lease_token = (abs(random()) % 9007199254740991) + 1,
-    history = CASE WHEN lease_token IS NULL OR NOT started THEN history
-              ELSE json_insert(history, '$[#]', json_object(
-                  'attempt', attempts, 'error', 'lease expired', 'at', visible_at))
-              END
+{claim_update}
 WHERE id IN (
     WITH t AS MATERIALIZED (  -- the time and the rate window once (and a shorter text)
         SELECT {now} AS now, ({now} / :period) * :period AS ws
@@ -504,17 +494,7 @@ ON CONFLICT (queue) DO UPDATE SET
 -- in claim order, as many as the queue's limit and the rate window leave (LIMIT is
 -- computed once). Running: the live leases of the whole database (the jobs_leases
 -- index, forced: the planner's choice, the claim index, reads every job of the queue).
-UPDATE {ns}__jobs SET
-    attempts = attempts + :go,
-    started = :go,
-    claimed_for = visible_at,
-    visible_at = {now} + :lease_ms,
-    lease_ms = :lease_ms,
-    lease_token = (abs(random()) % 9007199254740991) + 1,
-    history = CASE WHEN lease_token IS NULL OR NOT started THEN history
-              ELSE json_insert(history, '$[#]', json_object(
-                  'attempt', attempts, 'error', 'lease expired', 'at', visible_at))
-              END
+{claim_update}
 WHERE id IN (
     SELECT j.id FROM {ns}__jobs AS j
     WHERE j.queue = :queue AND +j.visible_at <= {now}
