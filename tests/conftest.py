@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import apsw
@@ -57,6 +58,25 @@ class Backend:
     name: str
     url: str
     namespace: str
+    files: tuple[Path, ...] = ()  # a scratch SQLite database's files (remove() deletes them)
+
+    def scratch(self, directory: Path, prefix: str) -> Backend:
+        """A fresh namespace on this engine, for one state-machine run: on SQLite a
+        database file of its own in `directory`, on PostgreSQL a schema; `remove()`."""
+        namespace = f"{prefix}_{uuid.uuid4().hex[:12]}"
+        if self.name == "postgres":
+            return Backend("postgres", self.url, namespace)
+        path = directory / f"{namespace}.db"
+        files = (path, Path(f"{path}-wal"), Path(f"{path}-shm"))
+        return Backend("sqlite", f"sqlite:///{path}", namespace, files)
+
+    def remove(self) -> None:
+        """Drop the namespace and delete a scratch database's files."""
+        try:
+            self.drop()
+        finally:
+            for path in self.files:
+                path.unlink(missing_ok=True)
 
     def connect(self, **kwargs: Any) -> alkstore.Store:
         return alkstore.connect(self.url, namespace=self.namespace, **kwargs)

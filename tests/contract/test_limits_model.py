@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import os
-import uuid
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,14 +141,7 @@ def machine_for(backend: Backend, directory: Path) -> type[RuleBasedStateMachine
         def __init__(self) -> None:
             super().__init__()
             self.now = START_MS
-            namespace = f"l_{uuid.uuid4().hex[:12]}"
-            self.files: list[Path] = []
-            if backend.name == "sqlite":
-                path = directory / f"{namespace}.db"
-                self.files = [path, Path(f"{path}-wal"), Path(f"{path}-shm")]
-                self.backend = Backend("sqlite", f"sqlite:///{path}", namespace)
-            else:
-                self.backend = Backend("postgres", backend.url, namespace)
+            self.backend = backend.scratch(directory, "l")
             self.store: alkstore.Store | None = None
             try:
                 self.store = self.backend.connect(clock=self.clock)
@@ -171,9 +163,7 @@ def machine_for(backend: Backend, directory: Path) -> type[RuleBasedStateMachine
                 if self.store is not None:
                     self.store.close()
             finally:
-                self.backend.drop()
-                for path in self.files:
-                    path.unlink(missing_ok=True)
+                self.backend.remove()
 
         @initialize(limit=bounds, key_limit=bounds, rate=rates, key_rate=rates)
         def first_limits(

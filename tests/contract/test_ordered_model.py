@@ -18,7 +18,6 @@ keys, and that no key ever has two jobs leased at once.
 from __future__ import annotations
 
 import os
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,14 +102,7 @@ def machine_for(backend: Backend, directory: Path, policy: str) -> type[RuleBase
         def __init__(self) -> None:
             super().__init__()
             self.now = START_MS
-            namespace = f"o_{uuid.uuid4().hex[:12]}"
-            self.files: list[Path] = []
-            if backend.name == "sqlite":
-                path = directory / f"{namespace}.db"
-                self.files = [path, Path(f"{path}-wal"), Path(f"{path}-shm")]
-                self.backend = Backend("sqlite", f"sqlite:///{path}", namespace)
-            else:
-                self.backend = Backend("postgres", backend.url, namespace)
+            self.backend = backend.scratch(directory, "o")
             self.store: alkstore.Store | None = None
             try:
                 self.store = self.backend.connect(clock=self.clock)
@@ -140,9 +132,7 @@ def machine_for(backend: Backend, directory: Path, policy: str) -> type[RuleBase
                 if self.store is not None:
                     self.store.close()
             finally:
-                self.backend.drop()
-                for path in self.files:
-                    path.unlink(missing_ok=True)
+                self.backend.remove()
 
         def pick(self, index: int) -> alkstore.Job[Any]:
             live = [h for h in self.handles if self.model.holds(h.id, h.lease_token)]

@@ -26,7 +26,6 @@ a pure claim).
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -251,25 +250,18 @@ def machine_for(backend: Backend, directory: Path) -> type[RuleBasedStateMachine
         def __init__(self) -> None:
             super().__init__()
             self.now = START_MS
-            namespace = f"m_{uuid.uuid4().hex[:12]}"
-            self.files: list[Path] = []
-            if backend.name == "sqlite":
-                path = directory / f"{namespace}.db"
-                self.files = [path, Path(f"{path}-wal"), Path(f"{path}-shm")]
-                self.backend = Backend("sqlite", f"sqlite:///{path}", namespace)
-            else:
-                self.backend = Backend("postgres", backend.url, namespace)
+            self.backend = backend.scratch(directory, "m")
             self.store: alkstore.Store | None = None
             self.peek: Any = None  # a raw connection that reads the jobs table
             try:
                 self.store = self.backend.connect(clock=self.clock)
                 self.store.migrate()
                 if backend.name == "sqlite":
-                    self.peek = apsw.Connection(str(path))
-                    self.jobs_table = f"{namespace}__jobs"
+                    self.peek = apsw.Connection(str(self.backend.files[0]))
+                    self.jobs_table = f"{self.backend.namespace}__jobs"
                 else:
                     self.peek = psycopg.connect(backend.url, autocommit=True)
-                    self.jobs_table = f"{namespace}.jobs"
+                    self.jobs_table = f"{self.backend.namespace}.jobs"
                 self.queue = self.store.queue(QUEUE)
                 self.queue.configure(
                     max_attempts=QUEUE_MAX_ATTEMPTS,
@@ -293,9 +285,7 @@ def machine_for(backend: Backend, directory: Path) -> type[RuleBasedStateMachine
                 if self.store is not None:
                     self.store.close()
             finally:
-                self.backend.drop()
-                for path in self.files:
-                    path.unlink(missing_ok=True)
+                self.backend.remove()
 
         # -- helpers -----------------------------------------------------------------
 

@@ -13,7 +13,6 @@ block; a block commits exactly when the model says its handle still holds the le
 from __future__ import annotations
 
 import os
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -50,14 +49,7 @@ def machine_for(backend: Backend, directory: Path) -> type[RuleBasedStateMachine
         def __init__(self) -> None:
             super().__init__()
             self.now = START_MS
-            namespace = f"x_{uuid.uuid4().hex[:12]}"
-            self.files: list[Path] = []
-            if backend.name == "sqlite":
-                path = directory / f"{namespace}.db"
-                self.files = [path, Path(f"{path}-wal"), Path(f"{path}-shm")]
-                self.backend = Backend("sqlite", f"sqlite:///{path}", namespace)
-            else:
-                self.backend = Backend("postgres", backend.url, namespace)
+            self.backend = backend.scratch(directory, "x")
             self.store: alkstore.Store | None = None
             try:
                 self.store = self.backend.connect(clock=lambda: self.now / 1000)
@@ -87,9 +79,7 @@ def machine_for(backend: Backend, directory: Path) -> type[RuleBasedStateMachine
                 if self.store is not None:
                     self.store.close()
             finally:
-                self.backend.drop()
-                for path in self.files:
-                    path.unlink(missing_ok=True)
+                self.backend.remove()
 
         def holds(self, handle: alkstore.Job[Any]) -> bool:
             return bool(self.live.get(handle.id, 0) == handle.lease_token)
