@@ -508,9 +508,7 @@ def connect(
     else:
         from_env = False
     target = _config.parse_url(url)
-    if namespace is None:
-        namespace = os.environ.get("ALKSTORE_NAMESPACE") or _config.DEFAULT_NAMESPACE
-    _config.check_name("namespace", namespace)
+    namespace = _config.namespace_or_default(namespace)
     engine: _engine.Engine
     if target.engine == "sqlite":
         from alkstore import sqlite
