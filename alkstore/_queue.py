@@ -209,7 +209,7 @@ class Queue(_ops.Operations):
         self._engine = runtime.engine
         self._config: QueueConfig | None = None
         self._config_read = 0.0
-        self._cursor = _cursor.Cursor() if self._engine.name == "postgres" else None
+        self._claims = _cursor.Claims(self._engine) if self._engine.name == "postgres" else None
 
     # -- configuration ---------------------------------------------------------------
 
@@ -424,8 +424,9 @@ class Queue(_ops.Operations):
         claim = self._engine.run
         if config.key_rate_limit:  # the keys' windows count in the claim's transaction
             claim = _ordering.KeyCounted(self._engine)
-        elif query == "claim" and not config.ordered:  # (an ordered queue's next job comes
-            claim = self._claim  # back at its old run time: behind a cursor, ADR 0027)
+        elif query == "claim" and not config.ordered and self._claims is not None:
+            claim = self._claims.run  # (an ordered queue's next job comes back at its old
+            # run time: behind a cursor; docs/adr/0027, alkstore/_cursor.py)
         rows = claim(query, params)
         if 0 < start < n and len(rows) == start:
             params.update(n=n - start, go=0)
@@ -439,21 +440,6 @@ class Queue(_ops.Operations):
         jobs.sort(key=lambda job: (-job.priority, job.due_ms, job.id))  # RETURNING is unordered
         self._bury_exhausted()
         return jobs
-
-    def _claim(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        """The plain claim (`name`): on PostgreSQL from this claimer's cursor when it has
-        one and a full claim is not due (alkstore/_cursor.py, docs/adr/0027)."""
-        cursor = self._cursor
-        if cursor is None:
-            return self._engine.run(name, params)
-        start = cursor.start()
-        began = time.perf_counter()
-        if start is None:
-            rows = self._engine.run(name, params)
-        else:
-            rows = self._engine.run("claim_from", {**params, "from": start})
-        cursor.took(rows, start is None, time.perf_counter() - began)
-        return rows
 
     def next_due(self) -> float | None:
         """Seconds until this queue's next job falls due, by the database's clock (0.0: one
