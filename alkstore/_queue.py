@@ -26,6 +26,7 @@ from alkstore import (
     _errors,
     _events,
     _jobs,
+    _leases,
     _ops,
     _ordering,
     _sql,
@@ -483,15 +484,14 @@ class Queue(_ops.Operations):
     def start_many(self, jobs: Sequence[_jobs.Job[Any]]) -> None:
         """Record that prefetched jobs started (their attempts count); see claim_many."""
         if jobs:
-            pairs = _encode([[job.id, job.lease_token] for job in jobs]).decode()
-            self._engine.run("start_many", {"pairs": pairs})
+            self._engine.run("start_many", _leases.batch_of(self._engine.name, jobs))
 
     def ack_many(self, jobs: Sequence[_jobs.Job[Any]]) -> list[int]:
         """Acknowledge several jobs in one statement; returns the ids whose lease was lost."""
         if not jobs:
             return []
-        pairs = _encode([[job.id, job.lease_token] for job in jobs]).decode()
-        done = {row[0] for row in self._engine.run("ack_many", {"pairs": pairs})}
+        params = _leases.batch_of(self._engine.name, jobs)
+        done = {row[0] for row in self._engine.run("ack_many", params)}
         if done and self.config().ordered:
             self._engine.committed()  # the keys' next jobs are due: wake their claimers
         return [job.id for job in jobs if job.id not in done]

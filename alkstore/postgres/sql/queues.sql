@@ -224,22 +224,21 @@ WHERE l.priority IS NOT NULL
 
 -- name: start_many
 -- Prefetched jobs whose handlers started: their attempt counts now. ({by_ids}: how batch
--- statements find their jobs.)
+-- statements find their jobs; `ids` and `tokens` are bigint[] literals, alkstore/_leases.py.)
 UPDATE {ns}.jobs AS j SET attempts = j.attempts + 1, started = true
-FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token
-      FROM jsonb_array_elements(%(pairs)s::jsonb) AS e) AS s
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS s (id, token)
 WHERE {by_ids} AND j.id = s.id AND j.lease_token IS NOT DISTINCT FROM s.token AND NOT j.started
 RETURNING j.id
 
 -- name: by_ids_fragment
--- The jobs of a batch statement, found by id. The pairs' token is compared with IS NOT
+-- The jobs of a batch statement, found by id. The token is compared with IS NOT
 -- DISTINCT FROM (it is never NULL), not `=`: `lease_token = token` implies the predicate of
 -- the partial index jobs_leases, and after a vacuum that saw nothing leased its statistics
 -- say it is empty; the planner then read that whole index (every leased job's entry, and
 -- every dead one an old snapshot keeps) and hashed it: an ack of 100 jobs took 16-22 ms
 -- instead of 0.4 under bench/bloat.py. With the ids as an array the jobs are looked up by
 -- id, or read whole when the table is small (tests/integration/test_batch_plans.py).
-j.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM jsonb_array_elements(%(pairs)s::jsonb) AS e))
+j.id = ANY(%(ids)s::bigint[])
 
 -- name: renew_many
 -- Renew every lease a worker holds in one statement: [[id, token, lease_ms], ...]. The
@@ -257,8 +256,7 @@ DELETE FROM {ns}.jobs WHERE id = %(id)s AND lease_token = %(token)s RETURNING id
 
 -- name: ack_many
 DELETE FROM {ns}.jobs AS j
-USING (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token
-       FROM jsonb_array_elements(%(pairs)s::jsonb) AS e) AS a
+USING unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS a (id, token)
 WHERE {by_ids} AND j.id = a.id AND j.lease_token IS NOT DISTINCT FROM a.token
 RETURNING j.id
 

@@ -102,6 +102,23 @@ WHERE id IN (
 RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lease_token, lease_ms,
           enqueued_at, type, key, position, headers, payload, progress, started
 
+-- name: claim_top
+-- The claim of the top priority level's range alone (the first arm of `claim`), for a
+-- claimer whose last claim was filled there (alkstore/_cursor.py). SQLite's queues never
+-- use it (its `claim` probes no other level when the top one fills it); it is here so
+-- that both engines run the same statements, and tests/contract/test_claim_from.py holds
+-- both to it.
+{claim_update}
+WHERE id IN (
+    SELECT j.id FROM {ns}__jobs AS j
+    WHERE j.queue = :queue AND j.priority = {top_priority} AND j.visible_at <= {now}
+      AND j.attempts < j.max_attempts
+      AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > {now})
+    LIMIT :n
+)
+RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lease_token, lease_ms,
+          enqueued_at, type, key, position, headers, payload, progress, started
+
 -- name: claim_from
 -- The claim from a cursor (docs/adr/0027): `from` is [[priority, visible_at, id], ...],
 -- highest priority first; each level's range of the claim index starts after that entry.
