@@ -445,8 +445,9 @@ ORDER BY grp
 -- writer at a time (BEGIN IMMEDIATE), so the counts below are the truth when the jobs
 -- are leased. Running: the queue's live leases (the jobs_leases index: every lease in
 -- the database that has not run out, the queue's picked among them). The candidates:
--- the first :scan claimable jobs in claim order (the walk of the claim index); of
--- them, in claim order, those whose key is under :key_limit (and :key_rate) counting
+-- the first :scan claimable jobs in claim order (the walk of the claim index) whose key
+-- is not already at its limit (`at_limit`: else a hot key's waiting jobs fill the scan and
+-- hide every other key's, tests/contract/test_key_limits.py); of them, in claim order, those whose key is under :key_limit (and :key_rate) counting
 -- the ones before them, at most :n, what :limit leaves and what the rate window leaves. Then the rate
 -- window counts what was claimed (changes(): the rows of the UPDATE); with a :key_rate,
 -- count_key_starts counts each claimed key's in the same transaction (_ordering.py).
@@ -470,6 +471,10 @@ WHERE id IN (
                  UNION ALL
                  SELECT key, window_start, prev, cur FROM {ns}__key_rate_windows
                  WHERE queue = :queue AND :key_rate IS NOT NULL) AS w
+    ), at_limit AS MATERIALIZED (  -- keys at their limit: their jobs are not candidates
+        SELECT key FROM running WHERE key IS NOT NULL AND n >= :key_limit
+        UNION
+        SELECT key FROM used WHERE key IS NOT NULL AND n > :key_rate - 1
     ), cand AS (
         SELECT c.id, c.key, c.priority, c.visible_at,
                row_number() OVER (PARTITION BY c.key
@@ -479,6 +484,7 @@ WHERE id IN (
                 AND j.attempts < j.max_attempts
                 AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > (SELECT now FROM t))
                 AND {queue_open}
+                AND (j.key IS NULL OR j.key NOT IN (SELECT key FROM at_limit))
               ORDER BY j.priority DESC, j.visible_at, j.id
               LIMIT :scan) AS c
     )
