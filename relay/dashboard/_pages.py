@@ -51,8 +51,15 @@ class History:
 
 def queues_table(store: alkstore.Store, csrf: str | None, speed: _throughput.Throughput) -> str:
     rates = speed.update(store.workers())
+    listed = store.queues(estimate=True)
+    names = {q.name for q in listed}  # a queue its workers emptied is no longer listed
+    empty = [  # (a paused one is: it has a row); it still has a rate
+        alkstore.QueueInfo(name=n, paused=False, ready=0, scheduled=0, running=0, dead=0)
+        for n in rates
+        if n not in names
+    ]
     rows = []
-    for q in store.queues(estimate=True):
+    for q in sorted(listed + empty, key=lambda q: q.name.encode()):
         state = "<span class='tag paused'>paused</span>" if q.paused else ""
         toggle = f"/queues/{q.name}/" + ("resume" if q.paused else "pause")
         act = button(toggle, "resume" if q.paused else "pause", csrf)

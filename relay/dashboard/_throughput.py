@@ -77,12 +77,14 @@ class Throughput:
         }
 
     def _remember(self, w: alkstore.WorkerInfo) -> list[Point]:
-        """The worker's refreshes: this one added (if new), and of those at least WINDOW
-        older than it only the newest kept."""
+        """The worker's refreshes: this one added (or, at the same time as the last one,
+        instead of it), and of those at least WINDOW older than it only the newest kept."""
         assert w.counts is not None
         at = w.last_seen.timestamp()
         points = list(self._seen.get(w.id, ()))
-        if not points or at > points[-1][0]:
+        if points and at == points[-1][0]:
+            points[-1] = (at, w.counts)
+        elif not points or at > points[-1][0]:
             points.append((at, w.counts))
         cut = points[-1][0] - self.window
         older = [i for i, (t, _) in enumerate(points) if t <= cut]
