@@ -75,8 +75,9 @@ class Renewal:
             self._conn.run("start_many", params)
 
     def beat(self, presence: Presence) -> None:
-        """Refresh a worker's row (`store.worker_presence`) on this connection: a worker
-        whose handlers hold every pooled connection is still seen alive (docs/adr/0018).
+        """Refresh a worker's row (`store.worker_presence`), with its counts if it keeps
+        any, on this connection: a worker whose handlers hold every pooled connection is
+        still seen alive (docs/adr/0018).
         StorageError if the database cannot be reached: try again."""
         presence.seen(self._conn.run("worker_seen", presence.params()))
 

@@ -357,10 +357,16 @@ class Store:
         those dead (not seen for 30 s: `alive` False) until the sweep forgets them (1 h)."""
         return _workers.workers(self._runtime)
 
-    def worker_presence(self, queues: Iterable[str], concurrency: int) -> _workers.Presence:
+    def worker_presence(
+        self,
+        queues: Iterable[str],
+        concurrency: int,
+        counts: Callable[[], _workers.Counts] | None = None,
+    ) -> _workers.Presence:
         """Insert this process's row in the workers table (the worker runtime's; refresh
-        it with `Renewal.beat` every `presence.every` seconds, `leave()` when done)."""
-        presence = _workers.Presence(self._runtime, queues, concurrency)
+        it with `Renewal.beat` every `presence.every` seconds, `leave()` when done).
+        `counts()`: what it has done since it started, written at each refresh."""
+        presence = _workers.Presence(self._runtime, queues, concurrency, counts)
         presence.announce()
         return presence
 

@@ -122,6 +122,30 @@ def test_workers_lists_live_and_dead_workers(lite: tuple[Backend, alkstore.Store
     assert as_json(backend, "workers") == []
 
 
+def test_workers_json_carries_what_each_worker_has_done(
+    lite: tuple[Backend, alkstore.Store],
+) -> None:
+    """The row's counts per queue (docs/adr/0023, addendum) are a key of `workers --json`
+    (null for a row written without counts); the text stays as it was."""
+    backend, store = lite
+    counts = {"emails": {"done": 12, "retried": 1, "dead": 0}}
+    counted = store.worker_presence(["emails"], 2, lambda: counts)
+    try:
+        (row,) = as_json(backend, "workers")
+        assert row["counts"] == counts
+        header = run(backend, "workers").stdout.splitlines()[0]
+        assert header.split("\t")[-1] == "STATE"
+        (status_row,) = as_json(backend, "status")["workers"]
+        assert status_row["counts"] == counts
+    finally:
+        counted.leave()
+    plain = store.worker_presence(["audit"], 1)
+    try:
+        assert [r["counts"] for r in as_json(backend, "workers")] == [None]
+    finally:
+        plain.leave()
+
+
 def test_subscriptions_add_list_remove(lite: tuple[Backend, alkstore.Store]) -> None:
     backend, migrated = lite
     out = run(backend, "subscriptions", "list")
