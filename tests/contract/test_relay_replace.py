@@ -120,7 +120,7 @@ def test_options_are_checked_and_resubscribing_turns_them_off(sstore: alkstore.S
         {"dedupe_by_key": True, "debounce_by_key": 5},
     ):
         with pytest.raises(alkstore.InvalidArgument):
-            sstore.subscribe("latest", ["test.*"], **bad)  # type: ignore[arg-type]
+            sstore.subscribe("latest", ["test.*"], **bad)
     assert sstore.subscriptions() == []
     sstore.subscribe("latest", ["test.*"], start="beginning", replace_by_key=True)
     _append(sstore, "a", "a")
@@ -163,8 +163,7 @@ def test_a_schedule_replaces_its_waiting_job_while_workers_are_down(
     reports = sstore.queue("reports")
     jobs = reports.jobs()
     assert len(jobs) == 1, "one waiting job, not three"
-    newest = jobs[0].raw_payload
-    assert newest == {"order_id": 1, "total_cents": 0}
+    assert jobs[0].raw_payload["order_id"] == 1
     boundary = jobs[0].headers["alkstore-boundary"]
     assert boundary.startswith(_iso(boundaries[-1])), "the newest firing's"
     job = reports.claim()
