@@ -9,12 +9,14 @@ Both engines, on an injected clock."""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 
 import pytest
 
 import alkstore
 from tests.clock import Clock
+from tests.conftest import Backend
 from tests.events import OrderPlaced
 
 
@@ -189,3 +191,47 @@ def test_missed_boundaries_fired_at_once_make_one_job(sstore: alkstore.Store, cl
 
 def _iso(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).isoformat()
+
+
+def test_a_relay_replacing_while_a_worker_claims_loses_no_newest_event(backend: Backend) -> None:
+    """The relay replaces keys in small batches while a consumer claims and acks: at no
+    time does a key have two waiting jobs, the consumer sees each key's events in order,
+    and the newest event of every key is handled."""
+    with backend.migrated(pool_size=6) as store:
+        store.subscribe("latest", ["test.*"], start="beginning", replace_by_key=True)
+        q = store.queue("latest")
+        keys = [f"k{n}" for n in range(5)]
+        errors: list[BaseException] = []
+        seen: dict[str, list[int]] = {key: [] for key in keys}
+        stop = threading.Event()
+
+        def consume() -> None:
+            try:
+                while not stop.is_set() or q.jobs():
+                    job = q.claim()
+                    if job is not None:
+                        seen[str(job.key)].append(job.raw_payload["order_id"])
+                        job.ack()
+            except BaseException as exc:
+                errors.append(exc)
+
+        consumer = threading.Thread(target=consume)
+        consumer.start()
+        try:
+            for n in range(200):
+                with store.transaction() as tx:
+                    tx.append(OrderPlaced(order_id=n), key=keys[n % 7 % 5])
+                if n % 3 == 2:
+                    store.relay_batch(batch=4)
+                    waiting = [j.key for j in q.jobs() if j.state != "running"]
+                    assert len(waiting) == len(set(waiting)), waiting
+            while store.relay_batch(batch=4) != (0, 0):
+                pass
+        finally:
+            stop.set()
+            consumer.join(60)
+        assert errors == []
+        last = {keys[n % 7 % 5]: n for n in range(200)}
+        for key in keys:
+            assert seen[key] == sorted(set(seen[key])), key
+            assert seen[key][-1] == last[key], key

@@ -15,11 +15,13 @@ WHERE s.queue IN (SELECT value FROM json_each(:queues))
 -- name: relay_release
 -- The jobs a worker holds (or parked heads, docs/adr/0021) with a key of the batch give
 -- it up: a newer event's job waits beside them (as release_key does for enqueue).
+-- CROSS JOIN: the batch's keys in the outer loop, each one probe of the dedupe index (the
+-- planner, free to choose, read the whole index of a queue it had no statistics for).
 UPDATE {ns}__jobs SET dedupe_key = NULL
 WHERE id IN (
     SELECT j.id
     FROM (SELECT DISTINCT s.queue, e.key FROM {fanout_range} AND e.key IS NOT NULL) AS c
-    JOIN {ns}__jobs AS j ON j.queue = c.queue AND j.dedupe_key = c.key
+    CROSS JOIN {ns}__jobs AS j ON j.queue = c.queue AND j.dedupe_key = c.key
     WHERE j.dedupe_key IS NOT NULL
       AND (j.lease_token IS NOT NULL OR j.visible_at = {parked}))
 
