@@ -82,7 +82,10 @@ def baseline_bounds(backend: Backend, namespace: str) -> str:
     package = f"alkstore.{backend.name}"
     query = str(_sql.queries(package, namespace)["relay_bounds"])
     if backend.name == "postgres":
-        column = ",\n(SELECT coalesce(jsonb_agg(queue), '[]')::text FROM subs WHERE replace_ms IS NOT NULL)"
+        column = (
+            ",\n(SELECT coalesce(jsonb_agg(queue), '[]')::text FROM subs "
+            "WHERE replace_ms IS NOT NULL)"
+        )
         old = query.replace(column, "").replace("checkpoint, replace_ms FROM", "checkpoint FROM")
     else:
         column = (
@@ -111,7 +114,9 @@ def baseline_batch(store: alkstore.Store, bounds: str) -> tuple[int, int]:
     return jobs, int(high - low)
 
 
-def measure(backend: Backend, store: alkstore.Store, variant: str, bounds: str) -> tuple[float, int]:
+def measure(
+    backend: Backend, store: alkstore.Store, variant: str, bounds: str
+) -> tuple[float, int]:
     """Relay the whole log for `variant`: (events/s, jobs made)."""
     for subscription in store.subscriptions():
         store.unsubscribe(subscription.queue)
