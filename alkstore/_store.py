@@ -275,10 +275,8 @@ class Store:
         their event's key as dedupe key (ADR 0022) with `dedupe_by_key=True` (a later
         event makes none while one with the key lives), `replace_by_key=True` (it replaces
         the one that waits) or `debounce_by_key=s` (replaces it, due s seconds later)."""
-        return _routing.subscribe(
-            self._runtime, queue, events, start, dedupe_by_key, replace_by_key,
-            debounce_by_key, **queue_options
-        )  # fmt: skip
+        keyed = (dedupe_by_key, replace_by_key, debounce_by_key)
+        return _routing.subscribe(self._runtime, queue, events, start, *keyed, **queue_options)
 
     def subscribe_sink(
         self,
