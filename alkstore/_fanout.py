@@ -26,6 +26,7 @@ import msgspec
 from alkstore import _checks, _engine, _errors
 
 REPLACE_TRIES = 3  # runs of release + replace when a direct enqueue races the batch (PostgreSQL)
+MAX_WINDOW_S = 366 * 86_400  # a longer debounce window is a mistake (and far ones overflow)
 
 _names = msgspec.json.Decoder(list[str]).decode
 _encode = msgspec.json.Encoder().encode
@@ -39,7 +40,12 @@ def replace_ms(dedupe_by_key: object, replace_by_key: object, debounce: object) 
             raise _errors.InvalidArgument(f"{name} must be True or False, got {flag!r}")
     window = None
     if debounce is not None:
-        window = round(_checks.seconds("debounce_by_key", debounce) * 1000)
+        seconds = _checks.seconds("debounce_by_key", debounce)
+        if seconds > MAX_WINDOW_S:
+            raise _errors.InvalidArgument(
+                f"debounce_by_key must be at most {MAX_WINDOW_S} s (a year), got {debounce!r}"
+            )
+        window = round(seconds * 1000)
     elif replace_by_key:
         window = 0
     if dedupe_by_key and window is not None:

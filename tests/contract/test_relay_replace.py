@@ -117,6 +117,7 @@ def test_options_are_checked_and_resubscribing_turns_them_off(sstore: alkstore.S
         {"replace_by_key": "yes"},
         {"debounce_by_key": -1},
         {"debounce_by_key": float("inf")},
+        {"debounce_by_key": 367 * 86_400},
         {"debounce_by_key": True},
         {"dedupe_by_key": True, "replace_by_key": True},
         {"dedupe_by_key": True, "debounce_by_key": 5},
