@@ -367,8 +367,8 @@ class Queue(_ops.Operations):
         """Enqueue several jobs in one transaction; their ids in input order (None: an
         ignored duplicate). On PostgreSQL a batch goes through COPY (docs/adr/0013).
 
-        Options (as `enqueue`) apply to every job; an item may be an
-        `alkstore.JobSpec(payload, delay=..., priority=..., dedupe_key=...,
+        Options (as `enqueue`, `group=` too) apply to every job; an item may be an
+        `alkstore.JobSpec(payload, delay=..., priority=..., dedupe_key=..., group=...,
         max_attempts=...)` whose own options win. Dedupe keys are decided in input
         order: a later job with the key of an earlier one is a duplicate."""
         ids = _bulk.enqueue_many(

@@ -263,21 +263,20 @@ class Store:
         *,
         start: Literal["now", "beginning"] | int = "now",
         dedupe_by_key: bool = False,
+        replace_by_key: bool = False,
+        debounce_by_key: float | None = None,
         **queue_options: Any,
     ) -> _routing.Subscription:
         """Route events whose type matches a pattern (`order.*`) into `queue`.
 
         `start`: "now" (only new events), "beginning" (the whole retained log) or a
         position (delivered from that position on, like `replay`). Re-subscribing
-        updates the patterns and keeps the checkpoint.
-        Queue options (max_attempts, backoff, visibility, dead_retention) are stored.
-        `dedupe_by_key=True`: each job takes its event's key as its dedupe key, so while a
-        job with that key is live in `queue` the relay makes none for a later event with
-        it (a schedule's firings with a key do not pile up; docs/adr/0022).
-        """
-        return _routing.subscribe(
-            self._runtime, queue, events, start, dedupe_by_key, **queue_options
-        )
+        updates the patterns and keeps the checkpoint. Queue options are stored. Jobs take
+        their event's key as dedupe key (ADR 0022) with `dedupe_by_key=True` (a later
+        event makes none while one with the key lives), `replace_by_key=True` (it replaces
+        the one that waits) or `debounce_by_key=s` (replaces it, due s seconds later)."""
+        keyed = (dedupe_by_key, replace_by_key, debounce_by_key)
+        return _routing.subscribe(self._runtime, queue, events, start, *keyed, **queue_options)
 
     def subscribe_sink(
         self,

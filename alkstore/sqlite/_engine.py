@@ -302,11 +302,18 @@ class SqliteEngine:
     ) -> list[list[tuple[Any, ...]]]:
         return [self.run_in(conn, name, params) for params in params_seq]
 
-    def insert_jobs(self, conn: Any, rows: Sequence[_engine.JobRow]) -> list[int]:
+    def insert_jobs(
+        self,
+        conn: Any,
+        rows: Sequence[_engine.JobRow] | Sequence[_engine.GroupedRow],
+        *,
+        grouped: bool = False,
+    ) -> list[int]:
         """One executemany of a positional INSERT (RETURNING: one id per row, in order).
         A dedupe key a live job holds: KeyTaken (the caller rolls back)."""
+        query = self._q["bulk_insert_grouped" if grouped else "bulk_insert"]
         try:
-            return [row[0] for row in conn.executemany(self._q["bulk_insert"], rows)]
+            return [row[0] for row in conn.executemany(query, rows)]
         except apsw.ConstraintError as exc:
             if getattr(exc, "extendedresult", None) == _UNIQUE:  # jobs has one: dedupe keys
                 raise _engine.KeyTaken() from exc

@@ -73,6 +73,17 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         default="now",
         help='add: "now" (new events only), "beginning" (the retained log) or a position',
     )
+    keyed = subs.add_mutually_exclusive_group()  # what a newer event with a live key does
+    keyed.add_argument("--dedupe-by-key", action="store_true", help="add: makes no job")
+    keyed.add_argument(
+        "--replace-by-key", action="store_true", help="add: replaces the waiting job"
+    )
+    keyed.add_argument(
+        "--debounce-by-key",
+        type=float,
+        metavar="SECONDS",
+        help="add: replaces the waiting job, due SECONDS later (docs/adr/0022)",
+    )
     policy = alkstore.Retention()
     assert policy.log is not None and policy.dead_letters is not None
     for name in ("relay", "worker"):
@@ -269,7 +280,14 @@ def subscriptions(store: alkstore.Store, args: argparse.Namespace) -> int:
                     f'--start must be "now", "beginning" or a position, got {start!r}'
                 ) from None
         existed = any(s.queue == queue for s in store.subscriptions())
-        sub = store.subscribe(queue, args.events, start=start)
+        sub = store.subscribe(
+            queue,
+            args.events,
+            start=start,
+            dedupe_by_key=args.dedupe_by_key,
+            replace_by_key=args.replace_by_key,
+            debounce_by_key=args.debounce_by_key,
+        )
         if args.json:
             _print_json(sub)
         elif existed:

@@ -451,7 +451,8 @@ SELECT {now},
        coalesce((SELECT max_attempts FROM {ns}.queues WHERE name = %(queue)s), {default_max_attempts}),
        (SELECT coalesce(jsonb_agg(dedupe_key), '[]')::text FROM {ns}.jobs
         WHERE queue = %(queue)s
-          AND dedupe_key IN (SELECT jsonb_array_elements_text(%(keys)s::jsonb)))
+          AND dedupe_key IN (SELECT jsonb_array_elements_text(%(keys)s::jsonb))),
+       coalesce((SELECT ordered FROM {ns}.queues WHERE name = %(queue)s), false)
 
 -- name: bulk_id_before
 -- The sequence before a bulk COPY: the COPY's rows take ids above it, in input order.
@@ -474,6 +475,12 @@ ORDER BY id
 -- back and runs again (_bulk.py).
 COPY {ns}.jobs (queue, enqueued_at, priority, visible_at, expires_at, max_attempts,
                 backoff, dedupe_key, type, headers, payload) FROM STDIN
+
+-- name: bulk_insert_grouped
+-- bulk_insert for a batch with groups (docs/adr/0021): each job's key and ordering key
+-- (grp: the group, in an ordered queue); the hold trigger runs for each row of the COPY.
+COPY {ns}.jobs (queue, enqueued_at, priority, visible_at, expires_at, max_attempts,
+                backoff, dedupe_key, type, headers, payload, key, grp) FROM STDIN
 
 
 -- name: park

@@ -384,12 +384,14 @@ FROM j
 
 -- name: bulk_start
 -- A bulk enqueue's first statement (docs/adr/0013): the time of the batch, the queue's
--- default max_attempts, and those of the given dedupe keys (a JSON array) that live
--- jobs hold (the keys are given only when an insert found one taken).
+-- default max_attempts, those of the given dedupe keys (a JSON array) that live
+-- jobs hold (the keys are given only when an insert found one taken), and whether the
+-- queue is ordered (a batch with groups: docs/adr/0021).
 SELECT {now},
        coalesce((SELECT max_attempts FROM {ns}__queues WHERE name = :queue), {default_max_attempts}),
        (SELECT json_group_array(dedupe_key) FROM {ns}__jobs
-        WHERE queue = :queue AND dedupe_key IN (SELECT value FROM json_each(:keys)))
+        WHERE queue = :queue AND dedupe_key IN (SELECT value FROM json_each(:keys))),
+       coalesce((SELECT ordered FROM {ns}__queues WHERE name = :queue), 0)
 
 -- name: bulk_insert
 -- One job of a bulk enqueue, run with executemany: absolute times (bulk_start's). A
@@ -398,6 +400,15 @@ SELECT {now},
 INSERT INTO {ns}__jobs (queue, enqueued_at, priority, visible_at, expires_at, max_attempts,
                         backoff, dedupe_key, type, headers, payload)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+RETURNING id
+
+-- name: bulk_insert_grouped
+-- bulk_insert for a batch with groups (docs/adr/0021): each job's key and ordering key
+-- (grp: the group, in an ordered queue), which the hold trigger orders behind the key's
+-- older jobs, rows of the batch included.
+INSERT INTO {ns}__jobs (queue, enqueued_at, priority, visible_at, expires_at, max_attempts,
+                        backoff, dedupe_key, type, headers, payload, key, grp)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
 RETURNING id
 
 
