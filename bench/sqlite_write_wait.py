@@ -11,14 +11,16 @@ one row, plain ack or `job.transaction()`), with four ways for the threads of th
 process to wait for SQLite's write lock, switched drain by drain in one process (the
 variants in a new random order each repetition, plain and tx ack alternating):
 
-- busy: no process-local lock (alkstore before it): BEGIN IMMEDIATE polls the busy
-  handler, 0.2-1 ms apart (ADR 0001).
+- busy: no process-local lock (alkstore before it): every BEGIN IMMEDIATE polls the
+  busy handler, 0.2-1 ms apart (ADR 0001).
 - quick: the same, the busy handler's first 50 tries 10-50 us apart instead.
 - lock: alkstore's process-local lock (`alkstore/sqlite/_write.py`, a `threading.Lock`
-  from BEGIN IMMEDIATE to COMMIT): waiters block on it, one is woken as it is released
-  (a thread arriving then may take it first).
-- fifo: a process-local queue instead: the lock is handed to the waiters in the order
-  they came.
+  from BEGIN IMMEDIATE to COMMIT of each store transaction, the handlers' here; the
+  claim loop's and the ack batcher's one-statement transactions do not take it):
+  waiters block on it, one is woken as it is released (a thread arriving then may take
+  it first).
+- fifo: a process-local queue in its place: the lock is handed to the waiters in the
+  order they came.
 
 Reported per variant: tx / plain ack (target >= 0.8x), the same per CPU second of this
 process, busy-handler calls per 1000 jobs, and plain and tx ack throughput against

@@ -3,8 +3,8 @@
 Connections: one per thread for a file (WAL mode lets readers run beside the
 single writer); one shared connection behind a lock for `:memory:`.
 Write transactions start with BEGIN IMMEDIATE so a writer never fails on a
-read-to-write upgrade; the writers of one process take turns at a process-local
-lock (`_write`), and against other processes a busy handler that retries every few
+read-to-write upgrade; a process's store transactions take turns at a
+process-local lock (`_write`), and otherwise a busy handler that retries every few
 milliseconds (`_busy`) plus a jittered tenacity retry keeps "database is locked"
 away from user code.
 """
@@ -266,11 +266,13 @@ class SqliteEngine:
         if conn.in_transaction:
             raise _errors.TransactionOpen()
         query, bind = self._positional[name]
-        _write.begin(conn, self.write_lock, self.gate)
+        if self.gate.waiting:  # one statement: no turn at the process's lock (_write)
+            self.gate.hold(_busy.BUSY_TIMEOUT)
+        _busy.execute(conn, "BEGIN IMMEDIATE")
         try:
             return _run_begun(conn, self._namespace, query, bind, params)
         finally:
-            _write.end(conn, self.write_lock)
+            _write.checkpoint(conn)
 
     def run_in(self, conn: Any, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         query, bind = self._positional[name]

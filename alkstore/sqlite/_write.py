@@ -1,19 +1,20 @@
-"""One process's writers take turns at a SQLite file's write lock in the process.
+"""A process's store transactions take turns at a SQLite file's write lock in the process.
 
-Threads of this process that write to the same database file (through any of its
-stores) hold a process-local lock from BEGIN IMMEDIATE to COMMIT or ROLLBACK: they
-wait for each other on that lock, one woken as it is released, instead of polling
-SQLite's busy handler 0.2-1 ms apart (docs/adr/0001, addendum 2026-12-01b). The busy
-handler still decides against other processes, and against the reserved lease-renewal
-connection, which does not queue here: it goes first (`_busy.Gate`, checked after this
-lock is taken).
+Threads of this process whose store transactions (`store.transaction()`,
+`job.transaction()`, `migrate`) write to the same database file, through any of its
+stores, hold a process-local lock from BEGIN IMMEDIATE to COMMIT or ROLLBACK: they wait
+for each other on that lock, one woken as it is released, instead of polling SQLite's
+busy handler 0.2-1 ms apart (docs/adr/0001, addendum 2026-12-01b). The busy handler
+still decides against other processes, the runtime's one-statement transactions
+(`Engine.run`: claims, batched acks; queued, they ran smaller batches), and the reserved
+lease-renewal connection, which goes first (`_busy.Gate`, checked after this lock).
 
 - Read transactions do not queue; a nested write on the same thread fails with
   TransactionOpen before it would (the callers check `in_transaction` first).
 - A wait lasts as long as a busy one (BUSY_TIMEOUT, then the same jittered retry) and
   ends the same way: apsw.BusyError.
 - The automatic WAL checkpoint, which SQLite runs inside COMMIT after its own write lock
-  is released, runs after this lock is released (`end`): other writers go on meanwhile.
+  is released, runs after this lock is released (`checkpoint`): other writers go on.
 - A forked child starts with every lock free: a lock that a thread of the parent held
   would never be released there.
 """
@@ -97,9 +98,13 @@ def begin(conn: apsw.Connection, lock: WriteLock, gate: _busy.Gate) -> None:
 
 
 def end(conn: apsw.Connection, lock: WriteLock) -> None:
-    """After COMMIT or ROLLBACK: the next writer's turn, then the WAL checkpoint that
-    this connection's commit asked for, if any."""
+    """After COMMIT or ROLLBACK: the next writer's turn, then `checkpoint`."""
     lock.release()
+    checkpoint(conn)
+
+
+def checkpoint(conn: apsw.Connection) -> None:
+    """The WAL checkpoint that this connection's last commit asked for, if any."""
     if getattr(_due, "conn", None) is conn:
         _due.conn = None
         try:

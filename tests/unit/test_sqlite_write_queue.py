@@ -1,13 +1,15 @@
-"""SQLite: writers in one process queue for the write lock in the process
+"""SQLite: a process's store transactions take turns at a process-local lock
 (alkstore/sqlite/_write.py, docs/adr/0001, addendum 2026-12-01b).
 
-Threads of one process that write to one database file take a process-local lock
-around BEGIN IMMEDIATE ... COMMIT, so they never poll SQLite's busy handler for each
-other; the busy handler is left for other processes. These tests hold it to that, and
-to what must not change: a waiter still gives up with apsw.BusyError after the same
-timeouts, every way out of a transaction lets the next writer in, a nested write on
-the same thread fails at once (TransactionOpen) instead of waiting for itself, and a
-forked child does not inherit a lock its parent's threads hold.
+Threads of one process whose store transactions (`store.transaction()`,
+`job.transaction()`) write to one database file take a process-local lock around
+BEGIN IMMEDIATE ... COMMIT, so they never poll SQLite's busy handler for each other;
+the busy handler is left for other processes and for the runtime's one-statement
+transactions (claims, acks, enqueues). These tests hold it to that, and to what must
+not change: a waiter still gives up with apsw.BusyError after the same timeouts,
+every way out of a transaction lets the next writer in, a nested write on the same
+thread fails at once (TransactionOpen) instead of waiting for itself, and a forked
+child does not inherit a lock its parent's threads hold.
 """
 
 from __future__ import annotations
@@ -102,10 +104,10 @@ def test_writers_in_one_process_never_poll_for_each_other(
 
     def write(i: int) -> None:
         for n in range(WRITES):
-            if n % 2:
-                queue.enqueue({"thread": i, "n": n})
-            else:
-                with store.transaction() as tx:
+            with store.transaction() as tx:
+                if n % 2:
+                    tx.enqueue("work", {"thread": i, "n": n})
+                else:
                     tx.connection.execute("INSERT INTO rows (who) VALUES (?)", (f"{i}:{n}",))
 
     run_threads(write)
@@ -127,7 +129,8 @@ def test_two_stores_on_one_file_share_the_queue(
 
         def write(i: int) -> None:
             for _ in range(WRITES):
-                stores[i % 2].queue("work").enqueue(i)
+                with stores[i % 2].transaction() as tx:
+                    tx.enqueue("work", i)
 
         run_threads(write)
     finally:
@@ -147,8 +150,8 @@ def test_a_waiter_behind_a_thread_gives_up_like_one_behind_another_process(
 
     def attempt(label: str) -> None:
         start = time.monotonic()
-        with pytest.raises(apsw.BusyError) as info:
-            store.queue("work").enqueue(1)
+        with pytest.raises(apsw.BusyError) as info, store.transaction() as tx:
+            tx.enqueue("work", 1)
         raised[label] = (type(info.value), time.monotonic() - start)
 
     holding, done = threading.Event(), threading.Event()
@@ -193,7 +196,8 @@ def test_every_way_out_of_a_transaction_lets_the_next_writer_in(
 
         def write(_: int) -> None:
             start = time.monotonic()
-            queue.enqueue("next")
+            with store.transaction() as tx:
+                tx.enqueue("work", "next")
             took.append(time.monotonic() - start)
 
         run_threads(write, 1)
@@ -216,8 +220,8 @@ def test_every_way_out_of_a_transaction_lets_the_next_writer_in(
     foreign = apsw.Connection(url.removeprefix("sqlite:///"))
     foreign.execute("BEGIN IMMEDIATE")
     try:
-        with pytest.raises(apsw.BusyError):
-            queue.enqueue("begin fails")  # BEGIN IMMEDIATE itself gives up
+        with pytest.raises(apsw.BusyError), store.transaction():
+            pass  # BEGIN IMMEDIATE itself gives up
     finally:
         foreign.execute("ROLLBACK")
         foreign.close()
@@ -237,7 +241,8 @@ def test_every_way_out_of_a_transaction_lets_the_next_writer_in(
 @pytest.mark.slow
 def test_a_writer_beside_busy_threads_waits_milliseconds(store: alkstore.Store) -> None:
     """In-process fairness: four threads write back to back for two seconds; a fifth
-    enqueues every 20 ms. None of its enqueues waits long."""
+    enqueues every 20 ms, by turns in a store transaction and as one statement. None of
+    its enqueues waits long."""
     stop = threading.Event()
 
     def hammer(i: int) -> None:
@@ -254,7 +259,11 @@ def test_a_writer_beside_busy_threads_waits_milliseconds(store: alkstore.Store) 
         deadline = time.monotonic() + 2.0
         while time.monotonic() < deadline:
             start = time.perf_counter()
-            probe.enqueue(0)
+            if len(waits) % 2:
+                probe.enqueue(0)  # one statement: polls (the busy handler) beside the turns
+            else:
+                with store.transaction() as tx:  # takes its turn
+                    tx.enqueue("probe", 0)
             waits.append(time.perf_counter() - start)
             time.sleep(0.02)
     finally:
