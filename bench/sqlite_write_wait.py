@@ -11,16 +11,21 @@ one row, plain ack or `job.transaction()`), with four ways for the threads of th
 process to wait for SQLite's write lock, switched drain by drain in one process (the
 variants in a new random order each repetition, plain and tx ack alternating):
 
-- busy: no process-local lock (alkstore before it): every BEGIN IMMEDIATE polls the
-  busy handler, 0.2-1 ms apart (ADR 0001).
+- busy: as shipped: every BEGIN IMMEDIATE polls the busy handler, 0.2-1 ms apart
+  (ADR 0001).
 - quick: the same, the busy handler's first 50 tries 10-50 us apart instead.
-- lock: alkstore's process-local lock (`alkstore/sqlite/_write.py`, a `threading.Lock`
-  from BEGIN IMMEDIATE to COMMIT of each store transaction, the handlers' here; the
-  claim loop's and the ack batcher's one-statement transactions do not take it):
-  waiters block on it, one is woken as it is released (a thread arriving then may take
-  it first).
-- fifo: a process-local queue in its place: the lock is handed to the waiters in the
+- lock: a process-local `threading.Lock` from BEGIN IMMEDIATE to COMMIT of every write
+  transaction of the store's connections (the handlers', the claim loop's, the ack
+  batcher's): waiters block on it, one is woken as it is released (a thread arriving
+  then may take it first); WAL checkpoints run after it is released, as SQLite runs its
+  automatic one after its own write lock is (not inside it).
+- fifo: the same with a queue in place of the lock: it is handed to the waiters in the
   order they came.
+
+The variants are patches of this process (`_busy.execute`: BEGIN IMMEDIATE takes the
+lock, COMMIT gives it back; a rollback, which none of these drains has, would keep it);
+alkstore itself has no process lock: measured, it did not raise the transactional ack's
+throughput (docs/adr/0001, addendum 2026-12-01b; docs/performance.md).
 
 Reported per variant: tx / plain ack (target >= 0.8x), the same per CPU second of this
 process, busy-handler calls per 1000 jobs, and plain and tx ack throughput against
@@ -43,22 +48,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
 
 
+import apsw
+
 from alkstore.sqlite import _busy
+from alkstore.sqlite import _engine as _sqlite
 from bench import tx_ack
 from bench._common import Metric, Run, base_parser, make_backend, progress
 
 VARIANTS = ("busy", "quick", "lock", "fifo")
 QUICK = (0.00001, 0.00005)
-
-
-class NoTurn:
-    """No process-local lock: every writer goes straight to BEGIN IMMEDIATE (before)."""
-
-    def acquire(self) -> None:
-        pass
-
-    def release(self) -> None:
-        pass
+CHECKPOINT_PAGES = 1000  # SQLite's default wal_autocheckpoint
 
 
 class Fifo:
@@ -69,16 +68,15 @@ class Fifo:
         self._held = False
         self._waiters: deque[threading.Lock] = deque()
 
-    def acquire(self) -> None:
+    def acquire(self, timeout: float) -> bool:
         with self._mutex:
             if not self._held:
                 self._held = True
-                return
+                return True
             waiter = threading.Lock()
             waiter.acquire()
             self._waiters.append(waiter)
-        if not waiter.acquire(timeout=30):
-            raise RuntimeError("a writer waited 30 s for its turn")
+        return waiter.acquire(timeout=timeout)  # a bench: a timeout ends the run anyway
 
     def release(self) -> None:
         with self._mutex:
@@ -89,35 +87,74 @@ class Fifo:
 
 
 class Waiting:
-    """The current variant: the engine's write lock swapped, the busy handler counted."""
+    """The current variant, and the patches that carry it out: `_busy.execute` (BEGIN
+    IMMEDIATE takes the process lock, COMMIT gives it back, then the checkpoint that
+    the WAL hook noted), `BusyWait.__call__` (counted) and the engine's `configure`
+    (the WAL hook)."""
 
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
-        self.shipped = engine.write_lock
+    def __init__(self) -> None:
+        self.lock: Any = None
         self.polls = 0
+        self._due = threading.local()
+        self._execute = _busy.execute
         self._call = _busy.BusyWait.__call__
+        self._configure = _sqlite.configure
         self._quick = _busy.QUICK_SLEEP
 
     def use(self, variant: str) -> None:
-        locks = {"busy": NoTurn, "quick": NoTurn, "fifo": Fifo}
-        self.engine.write_lock = locks[variant]() if variant in locks else self.shipped
+        self.lock = Fifo() if variant == "fifo" else threading.Lock() if variant == "lock" else None
         _busy.QUICK_SLEEP = QUICK if variant == "quick" else self._quick
 
     @contextmanager
     def installed(self) -> Iterator[None]:
         waiting = self
 
+        def execute(conn: apsw.Connection, statement: str) -> None:
+            lock = waiting.lock
+            if lock is not None and statement == "BEGIN IMMEDIATE":
+                if not lock.acquire(timeout=30):
+                    raise RuntimeError("a writer waited 30 s for the process lock")
+                try:
+                    waiting._execute(conn, statement)
+                except BaseException:
+                    lock.release()
+                    raise
+                return
+            try:
+                waiting._execute(conn, statement)
+            finally:
+                if lock is not None and statement == "COMMIT":
+                    lock.release()
+            if statement == "COMMIT" and getattr(waiting._due, "conn", None) is conn:
+                waiting._due.conn = None
+                try:  # after the lock, as SQLite's automatic one (whose errors it ignores)
+                    conn.wal_checkpoint()
+                except apsw.BusyError:
+                    pass
+
         def call(handler: _busy.BusyWait, tries: int) -> bool:
             waiting.polls += 1
             return waiting._call(handler, tries)
 
+        def wal_hook(conn: apsw.Connection, name: str, pages: int) -> int:
+            if pages >= CHECKPOINT_PAGES:
+                waiting._due.conn = conn
+            return int(apsw.SQLITE_OK)
+
+        def configure(conn: apsw.Connection, gate: _busy.Gate | None = None) -> None:
+            waiting._configure(conn, gate)
+            conn.set_wal_hook(wal_hook)
+
+        _busy.execute = execute
         _busy.BusyWait.__call__ = call  # type: ignore[method-assign]
+        _sqlite.configure = configure
         try:
             yield
         finally:
+            _busy.execute = self._execute
             _busy.BusyWait.__call__ = self._call  # type: ignore[method-assign]
+            _sqlite.configure = self._configure
             _busy.QUICK_SLEEP = self._quick
-            self.engine.write_lock = self.shipped
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,13 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     run.announce()
     # (variant, tx ack?) -> per repetition: (jobs/s, jobs per CPU second, polls per job)
     found: dict[tuple[str, bool], list[tuple[float, float, float]]] = defaultdict(list)
+    waiting = Waiting()
     backend = make_backend("sqlite")
     try:
         with backend.connect("bench_write_wait") as store:
             store.migrate()
             backend.create_orders(store)
             tx_ack.drain(backend, store, settings, tx_ack=True)  # warm-up
-            waiting = Waiting(store.engine)
             with waiting.installed():
                 for rep in range(settings.reps):
                     for variant in random.sample(VARIANTS, len(VARIANTS)):

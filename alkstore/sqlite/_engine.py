@@ -3,10 +3,9 @@
 Connections: one per thread for a file (WAL mode lets readers run beside the
 single writer); one shared connection behind a lock for `:memory:`.
 Write transactions start with BEGIN IMMEDIATE so a writer never fails on a
-read-to-write upgrade; a process's store transactions take turns at a
-process-local lock (`_write`), and otherwise a busy handler that retries every few
-milliseconds (`_busy`) plus a jittered tenacity retry keeps "database is locked"
-away from user code.
+read-to-write upgrade; a busy handler that retries every few milliseconds
+(`_busy`) plus a jittered tenacity retry keeps "database is locked" away from
+user code.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from typing import Any, Literal
 import apsw
 
 from alkstore import _engine, _errors, _events, _sql, _wake
-from alkstore.sqlite import _busy, _watch, _write
+from alkstore.sqlite import _busy, _watch
 
 _PACKAGE = "alkstore.sqlite"
 SWEEP_LOCK_TTL_MS = 60_000  # a crashed sweeper's lock row expires after this
@@ -82,7 +81,6 @@ class SqliteEngine:
         self._all_lock = threading.Lock()
         self._wake = _wake.Wake()
         self.gate = _busy.Gate()
-        self.write_lock = _write.WriteLock() if self._memory else _write.for_file(path)
         self._watcher: _watch.Watcher | None = None
         self._closed = threading.Event()
         self._is_closed = False  # the same, read on the hot path without a call
@@ -122,8 +120,6 @@ class SqliteEngine:
             message = f"cannot open SQLite database {self._path!r}: {exc}"
             raise _errors.StorageError(message) from exc
         configure(conn, None if reserved else self.gate)
-        if not reserved:  # its checkpoints run after the process's write lock (_write)
-            conn.set_wal_hook(_write.wal_hook)
         with self._all_lock:
             self._all.add(conn)
         return conn
@@ -163,8 +159,24 @@ class SqliteEngine:
 
     @contextmanager
     def _transaction(self) -> Iterator[apsw.Connection]:
-        with self._connection() as conn, _Flat(self, conn) as begun:
-            yield begun
+        with self._connection() as conn:
+            if conn.in_transaction:
+                raise _errors.TransactionOpen()
+            if self.gate.waiting:
+                self.gate.hold(_busy.BUSY_TIMEOUT)
+            _busy.execute(conn, "BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            try:
+                _busy.execute(conn, "COMMIT")
+            except apsw.Error as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise _storage_error(conn, self._namespace, exc) from exc
 
     def committed(self) -> None:
         """Our own transaction committed: the watcher sees files; memory needs a direct fire."""
@@ -266,13 +278,10 @@ class SqliteEngine:
         if conn.in_transaction:
             raise _errors.TransactionOpen()
         query, bind = self._positional[name]
-        if self.gate.waiting:  # one statement: no turn at the process's lock (_write)
+        if self.gate.waiting:
             self.gate.hold(_busy.BUSY_TIMEOUT)
         _busy.execute(conn, "BEGIN IMMEDIATE")
-        try:
-            return _run_begun(conn, self._namespace, query, bind, params)
-        finally:
-            _write.checkpoint(conn)
+        return _run_begun(conn, self._namespace, query, bind, params)
 
     def run_in(self, conn: Any, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         query, bind = self._positional[name]
@@ -347,8 +356,8 @@ class SqliteEngine:
 
 
 class _Flat:
-    """`transaction()` on this thread's connection, as `run` does it: the process's turn
-    and BEGIN IMMEDIATE on entry, COMMIT on a normal exit, ROLLBACK on an exception."""
+    """`transaction()` on this thread's connection, as `run` does it: BEGIN IMMEDIATE on
+    entry, COMMIT on a normal exit, ROLLBACK on an exception."""
 
     __slots__ = ("_conn", "_engine")
 
@@ -357,27 +366,26 @@ class _Flat:
         self._conn = conn
 
     def __enter__(self) -> apsw.Connection:
-        conn, engine = self._conn, self._engine
+        conn, gate = self._conn, self._engine.gate
         if conn.in_transaction:
             raise _errors.TransactionOpen()
-        _write.begin(conn, engine.write_lock, engine.gate)
+        if gate.waiting:
+            gate.hold(_busy.BUSY_TIMEOUT)
+        _busy.execute(conn, "BEGIN IMMEDIATE")
         return conn
 
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         conn = self._conn
+        if exc_type is not None:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            return
         try:
-            if exc_type is not None:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                return
-            try:
-                _busy.execute(conn, "COMMIT")
-            except apsw.Error as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise _storage_error(conn, self._engine.namespace, exc) from exc
-        finally:
-            _write.end(conn, self._engine.write_lock)
+            _busy.execute(conn, "COMMIT")
+        except apsw.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise _storage_error(conn, self._engine.namespace, exc) from exc
 
 
 class _Reserved:
