@@ -146,7 +146,7 @@ class Waiting:
             conn.set_wal_hook(wal_hook)
 
         _busy.execute = execute
-        _busy.BusyWait.__call__ = call  # type: ignore[method-assign]
+        _busy.BusyWait.__call__ = call  # type: ignore[method-assign,assignment]
         _sqlite.configure = configure
         try:
             yield
