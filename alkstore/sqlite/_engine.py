@@ -164,7 +164,7 @@ class SqliteEngine:
                 raise _errors.TransactionOpen()
             if self.gate.waiting:
                 self.gate.hold(_busy.BUSY_TIMEOUT)
-            _busy.execute(conn, "BEGIN IMMEDIATE")
+            _begin(conn, self._namespace)
             try:
                 yield conn
             except BaseException:
@@ -280,7 +280,7 @@ class SqliteEngine:
         query, bind = self._positional[name]
         if self.gate.waiting:
             self.gate.hold(_busy.BUSY_TIMEOUT)
-        _busy.execute(conn, "BEGIN IMMEDIATE")
+        _begin(conn, self._namespace)
         return _run_begun(conn, self._namespace, query, bind, params)
 
     def run_in(self, conn: Any, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -378,7 +378,7 @@ class _Flat:
             raise _errors.TransactionOpen()
         if gate.waiting:
             gate.hold(_busy.BUSY_TIMEOUT)
-        _busy.execute(conn, "BEGIN IMMEDIATE")
+        _begin(conn, self._engine.namespace)
         return conn
 
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
@@ -425,6 +425,14 @@ class _Reserved:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _begin(conn: apsw.Connection, namespace: str) -> None:
+    """BEGIN IMMEDIATE; a lock held past every retry is DatabaseBusy, not apsw's error."""
+    try:
+        _busy.execute(conn, "BEGIN IMMEDIATE")
+    except apsw.Error as exc:
+        raise _storage_error(conn, namespace, exc) from exc
 
 
 def _run_begun(
