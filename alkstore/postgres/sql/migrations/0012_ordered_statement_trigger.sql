@@ -1,0 +1,46 @@
+-- Per-key ordered delivery (docs/adr/0021, addendum 2026-12-01): a statement that deletes
+-- the heads of several keys (ack_many, a sweep, purge) promotes their next jobs once, in
+-- set-based statements, and takes the keys' rows in sorted (queue, key) order, the order
+-- the relay's fan-out takes them in too (relay_lock_keys): two such writers wait for each
+-- other but never deadlock. It was a row trigger: a call and two or three statements per
+-- deleted head, the keys locked in the delete's order.
+DROP TRIGGER jobs_promote ON {ns}.jobs;
+DROP FUNCTION {ns}.jobs_promote();
+
+-- `gone`: the rows the statement deleted. A statement deleting no head of an ordered key
+-- (every unordered delete) leaves at the first test. Each statement takes a fresh
+-- snapshot after the locks (READ COMMITTED): a job inserted meanwhile by a writer of the
+-- key that held its row is seen.
+CREATE FUNCTION {ns}.jobs_promote() RETURNS trigger LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_queues text[];
+    v_keys text[];
+BEGIN
+    SELECT array_agg(k.queue ORDER BY k.queue, k.grp), array_agg(k.grp ORDER BY k.queue, k.grp)
+    INTO v_queues, v_keys
+    FROM (SELECT DISTINCT o.queue, o.grp FROM gone AS o
+          WHERE o.grp IS NOT NULL AND o.held_due IS NULL) AS k;
+    IF v_keys IS NULL THEN
+        RETURN NULL;
+    END IF;
+    PERFORM 1 FROM {ns}.job_groups AS g
+    WHERE (g.queue, g.grp) IN (SELECT * FROM unnest(v_queues, v_keys))
+    ORDER BY g.queue, g.grp
+    FOR UPDATE;
+    UPDATE {ns}.jobs AS j SET visible_at = j.held_due, held_due = NULL
+    WHERE j.id = ANY(ARRAY(
+        SELECT (SELECT n.id FROM {ns}.jobs AS n WHERE n.queue = k.queue AND n.grp = k.grp
+                ORDER BY n.id LIMIT 1)
+        FROM unnest(v_queues, v_keys) AS k (queue, grp)))
+      AND j.held_due IS NOT NULL;
+    DELETE FROM {ns}.job_groups AS g  -- the keys whose last job went
+    USING unnest(v_queues, v_keys) AS k (queue, grp)
+    WHERE g.queue = k.queue AND g.grp = k.grp
+      AND NOT EXISTS (SELECT 1 FROM {ns}.jobs AS j WHERE j.queue = k.queue AND j.grp = k.grp);
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER jobs_promote AFTER DELETE ON {ns}.jobs
+REFERENCING OLD TABLE AS gone
+FOR EACH STATEMENT EXECUTE FUNCTION {ns}.jobs_promote();
