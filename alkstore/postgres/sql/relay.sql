@@ -64,24 +64,23 @@ FROM low, (SELECT set_config('jit', 'off', true)) AS no_jit
 -- Before relay_insert, in its transaction: the rows (job_groups) of the ordered keys the
 -- batch writes, created or locked in sorted (queue, key) order, the order the promotion
 -- of acked heads locks them in (migration 0012): a batch and an ack_many over the same
--- keys wait for each other, never deadlock (docs/adr/0021, addendum 2026-12-01). Its
--- insert trigger (jobs_hold) then finds each key's row already held. DO UPDATE ... WHERE
--- false updates nothing but locks an existing row; a row deleted meanwhile (its key's
--- last job went) is inserted again. No ordered queue in the batch: the one-time EXISTS
--- ends it before the log is read.
-INSERT INTO {ns}.job_groups AS g (queue, grp)
-SELECT DISTINCT s.queue, e.key
-FROM {ns}.subscriptions AS s
-JOIN {ns}.queues AS q ON q.name = s.queue AND q.ordered
-JOIN {ns}.events AS e
-  ON e.position > %(low)s AND e.position <= %(high)s AND e.position > s.checkpoint
-WHERE s.queue IN (SELECT jsonb_array_elements_text(%(queues)s::jsonb))
-  AND EXISTS (SELECT 1 FROM {ns}.queues AS o WHERE o.ordered
-              AND o.name IN (SELECT jsonb_array_elements_text(%(queues)s::jsonb)))
-  AND e.key IS NOT NULL
-  AND EXISTS (SELECT 1 FROM unnest(s.patterns) AS p WHERE e.type LIKE p)
-ORDER BY s.queue, e.key
-ON CONFLICT (queue, grp) DO UPDATE SET grp = excluded.grp WHERE false
+-- keys wait for each other, never deadlock (docs/adr/0021, addendum 2026-12-01). No
+-- ordered queue in the batch: the one-time EXISTS ends it before the log is read.
+SELECT {ns}.jobs_lock_keys(array_agg(k.queue ORDER BY k.queue, k.grp),
+                           array_agg(k.grp ORDER BY k.queue, k.grp))
+FROM (
+    SELECT DISTINCT s.queue, e.key AS grp
+    FROM {ns}.subscriptions AS s
+    JOIN {ns}.queues AS q ON q.name = s.queue AND q.ordered
+    JOIN {ns}.events AS e
+      ON e.position > %(low)s AND e.position <= %(high)s AND e.position > s.checkpoint
+    WHERE s.queue IN (SELECT jsonb_array_elements_text(%(queues)s::jsonb))
+      AND EXISTS (SELECT 1 FROM {ns}.queues AS o WHERE o.ordered
+                  AND o.name IN (SELECT jsonb_array_elements_text(%(queues)s::jsonb)))
+      AND e.key IS NOT NULL
+      AND EXISTS (SELECT 1 FROM unnest(s.patterns) AS p WHERE e.type LIKE p)
+) AS k
+HAVING count(*) > 0
 
 -- name: relay_insert
 -- Returns one row: the number of jobs created (not every id). %(low)s (relay_bounds'

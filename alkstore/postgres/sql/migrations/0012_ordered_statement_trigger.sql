@@ -30,6 +30,19 @@ BEGIN
       AND NOT EXISTS (SELECT 1 FROM {ns}.jobs AS j WHERE j.queue = k.queue AND j.grp = k.grp);
 END $$;
 
+-- The relay's side (relay_lock_keys, before relay_insert in the batch's transaction): the
+-- rows of the keys a batch writes, sorted, created or locked in that order. DO UPDATE ...
+-- WHERE false updates nothing but locks an existing row; a row deleted meanwhile (its
+-- key's last job went) is inserted again. The insert trigger (jobs_hold) then finds each
+-- key's row already held. Owner's rights: the relay needs no privilege on job_groups.
+CREATE FUNCTION {ns}.jobs_lock_keys(p_queues text[], p_keys text[]) RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    INSERT INTO {ns}.job_groups AS g (queue, grp)
+    SELECT k.queue, k.grp FROM unnest(p_queues, p_keys) AS k (queue, grp)
+    ORDER BY k.queue, k.grp
+    ON CONFLICT (queue, grp) DO UPDATE SET grp = excluded.grp WHERE false
+$$;
+
 -- `gone`: the rows the statement deleted. A statement that deleted no head of an ordered
 -- key (every unordered ack) ends at the first test. Not SECURITY DEFINER, no SET: a
 -- function with either saves and restores the caller's settings on every call, which
