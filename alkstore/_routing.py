@@ -275,6 +275,7 @@ def relay_batch(rt: _queue.Runtime, lease: Lease | None, batch: int = 5_000) -> 
             return 0, 0
         # low..high: every statement seeks the batch's range (docs/adr/0011)
         params = {"low": low, "high": high, "now": now, "queues": queues}
+        engine.run_in(conn, "relay_lock_keys", params)  # ordered keys, in one order
         plain, replacing = _fanout.split(queues, replacing)
         jobs = 0
         if plain != "[]":

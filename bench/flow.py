@@ -21,7 +21,10 @@ key (`--keys` keys x `--per-key` jobs), in a fresh namespace per drain. Measurem
    key does not slow the others (about 1.0); the hot key itself goes one job per claim.
 3. limits not binding: `concurrency=1_000_000`, then `rate_limit=10_000_000` per
    second, then `key_concurrency=1_000`, each against the plain drain. Target >= 0.75.
-4. rate binding: `rate_limit=--rate` per second, a supply of 6 s worth; the starts
+4. the unordered drain on PostgreSQL with the ordered queues' promotion trigger (a
+   statement trigger, migration 0012: it fires on every delete of jobs) against the same
+   drain with that trigger disabled. Target: about 1.0 (unordered acks pay nothing).
+5. rate binding: `rate_limit=--rate` per second, a supply of 6 s worth; the starts
    counted from 1 s after the first claim to 5 s after it, per second. Target within
    +-5 % of the limit.
 
@@ -77,11 +80,23 @@ def drain(queue: alkstore.Queue, total: int, skip_key: str | None = None) -> tup
     return (elapsed or time.perf_counter() - t0), rounds
 
 
-def one_drain(url: str, options: dict[str, Any], keys: int, per_key: int, hot: int = 0) -> float:
-    """jobs/s of one drain of keys x per_key jobs (the hot key's not counted)."""
+def one_drain(
+    url: str,
+    options: dict[str, Any],
+    keys: int,
+    per_key: int,
+    hot: int = 0,
+    setup: tuple[str, ...] = (),
+) -> float:
+    """jobs/s of one drain of keys x per_key jobs (the hot key's not counted); `setup`:
+    SQL run after the migration ({ns}: the namespace)."""
     store = alkstore.connect(url, namespace=f"b_{uuid.uuid4().hex[:10]}")
     try:
         store.migrate()
+        if setup:
+            with psycopg.connect(url, autocommit=True) as conn:
+                for statement in setup:
+                    conn.execute(statement.replace("{ns}", store.namespace))
         queue = store.queue(QUEUE)
         if options:
             queue.configure(**options)
@@ -210,6 +225,13 @@ def main() -> None:
                 with_({"ordered": True}, args.hot),
                 with_({"ordered": True}),
             )
+            if engine == "postgres":
+
+                def untriggered(url: str = url) -> float:
+                    off = ("ALTER TABLE {ns}.jobs DISABLE TRIGGER jobs_promote",)
+                    return one_drain(url, {}, keys, per_key, setup=off)
+
+                ratio("unordered drain: promotion trigger on / off", reps, plain, untriggered)
             ratio("concurrency=1e6 / unlimited", reps, with_({"concurrency": 1_000_000}), plain)
             ratio("rate_limit=1e7/s / unlimited", reps, with_({"rate_limit": 10_000_000}), plain)
             ratio(

@@ -193,6 +193,29 @@ def test_each_part_runs_its_real_operations(platform: Platform) -> None:
     assert out.stdout.startswith("log head: 44")
 
 
+def test_an_ordered_queue_runs_under_the_parts_roles(platform: Platform) -> None:
+    """The ordered queue's key rows are written by definer functions (migrations 0008,
+    0012): the relay's sorted key lock and the workers' promotion need no grant."""
+    with (
+        platform.connect("admin") as admin,
+        platform.connect("producer") as producer,
+        platform.connect("relay") as relayer,
+        platform.connect("worker") as worker_store,
+    ):
+        admin.subscribe("seq", ["test.*"], start="beginning", ordered=True)
+        with producer.transaction() as tx:
+            for n in range(3):
+                for key in ("b", "a"):
+                    tx.append(OrderPlaced(order_id=n), key=key)
+        assert relayer.relay_batch(None) == (6, 6)
+        queue = worker_store.queue("seq")
+        seen = []
+        while jobs := queue.claim_many(10):
+            seen.append(sorted((job.key, job.raw_payload["order_id"]) for job in jobs))
+            assert queue.ack_many(jobs) == []
+        assert seen == [[("a", n), ("b", n)] for n in range(3)]
+
+
 def refused(call: Any, *texts: str) -> alkstore.PermissionDenied:
     start = time.monotonic()
     with pytest.raises(alkstore.PermissionDenied) as caught:

@@ -63,6 +63,28 @@ SELECT low.low, coalesce((
     (SELECT coalesce(jsonb_agg(queue), '[]')::text FROM subs WHERE replace_ms IS NOT NULL)
 FROM low, (SELECT set_config('jit', 'off', true)) AS no_jit
 
+-- name: relay_lock_keys
+-- Before relay_insert, in its transaction: the rows (job_groups) of the ordered keys the
+-- batch writes, created or locked in sorted (queue, key) order, the order the promotion
+-- of acked heads locks them in (migration 0012): a batch and an ack_many over the same
+-- keys wait for each other, never deadlock (docs/adr/0021, addendum 2026-12-01). No
+-- ordered queue in the batch: the one-time EXISTS ends it before the log is read.
+SELECT {ns}.jobs_lock_keys(array_agg(k.queue ORDER BY k.queue, k.grp),
+                           array_agg(k.grp ORDER BY k.queue, k.grp))
+FROM (
+    SELECT DISTINCT s.queue, e.key AS grp
+    FROM {ns}.subscriptions AS s
+    JOIN {ns}.queues AS q ON q.name = s.queue AND q.ordered
+    JOIN {ns}.events AS e
+      ON e.position > %(low)s AND e.position <= %(high)s AND e.position > s.checkpoint
+    WHERE s.queue IN (SELECT jsonb_array_elements_text(%(queues)s::jsonb))
+      AND EXISTS (SELECT 1 FROM {ns}.queues AS o WHERE o.ordered
+                  AND o.name IN (SELECT jsonb_array_elements_text(%(queues)s::jsonb)))
+      AND e.key IS NOT NULL
+      AND EXISTS (SELECT 1 FROM unnest(s.patterns) AS p WHERE e.type LIKE p)
+) AS k
+HAVING count(*) > 0
+
 -- name: relay_insert
 -- Returns one row: the number of jobs created (not every id). %(low)s (relay_bounds'
 -- lowest checkpoint) gives the planner the range: it estimates the batch's rows, not a

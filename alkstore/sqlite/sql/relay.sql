@@ -52,6 +52,11 @@ SELECT low.low, coalesce((
      WHERE sink IS NULL AND replace_ms IS NOT NULL)
 FROM low
 
+-- name: relay_lock_keys
+-- PostgreSQL locks the batch's ordered keys in sorted order first (docs/adr/0021,
+-- addendum 2026-12-01); SQLite's one writer (BEGIN IMMEDIATE) has nothing to order.
+SELECT 1 WHERE 0
+
 -- name: relay_insert
 -- Returns one row: the number of jobs created (changes(): RETURNING id cost a quarter of
 -- a 5,000-event batch). GLOB, not LIKE: case-sensitive as on PostgreSQL (patterns only
