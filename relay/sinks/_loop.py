@@ -40,9 +40,18 @@ _CLIENTS = {  # scheme -> (module, class, extra)
 }
 
 
+class ClientMissing(_base.SinkError):
+    """The broker's client is not installed in this Python (a permanent SinkError)."""
+
+
+def knows(url: str) -> bool:
+    """Whether the URL's scheme names a broker this relay has a sink for."""
+    return url.split("://", 1)[0] in _CLIENTS and "://" in url
+
+
 def open_sink(sub: alkstore.SinkSubscription, namespace: str) -> _base.Sink:
     """The sink for a subscription (not connected). SinkError, permanent, if its client is
-    not installed or an option is wrong."""
+    not installed (ClientMissing) or an option is wrong."""
     scheme = sub.sink.split("://", 1)[0]
     if scheme not in _CLIENTS:
         raise _base.rejected(f"no sink for {scheme}:// in this relay", 0)
@@ -50,10 +59,9 @@ def open_sink(sub: alkstore.SinkSubscription, namespace: str) -> _base.Sink:
     try:
         found = getattr(__import__(module, fromlist=[cls]), cls)
     except ImportError as exc:
-        raise _base.rejected(
-            f"this relay cannot load the {scheme} client ({exc}): pip install 'alkstore[{extra}]'",
-            0,
-        ) from exc
+        text = f"this relay cannot load the {scheme} client ({exc})"
+        text += f": pip install 'alkstore[{extra}]'"
+        raise ClientMissing(text, confirmed=0, permanent=True) from exc
     sink: _base.Sink = found(sub.sink, sub.options, namespace, sub.name)
     return sink
 
