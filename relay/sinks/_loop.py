@@ -122,11 +122,13 @@ class SinkLoop:
         return self._known
 
     def _step(self, sub: alkstore.SinkSubscription) -> bool:
-        """Up to READ_AHEAD batches of one subscription: the next batch is read (and its
-        messages built) while the broker confirms the one before; it is published only
-        once that one is confirmed and its checkpoint moved, so the order holds."""
+        """Up to READ_AHEAD batches of one subscription: the next batch is read and its
+        messages built while the broker confirms the one before (its client's loop
+        thread is then mostly waiting); it is published only once that one is
+        confirmed and its checkpoint moved, so the order holds."""
         started = time.monotonic()
         batch = self.feed.batch(self.lease, sub.name, self.batch)
+        messages = self._messages(batch)
         for _ in range(READ_AHEAD):
             if batch.high <= batch.low:
                 return False
@@ -138,8 +140,8 @@ class SinkLoop:
                     return False
                 started = time.monotonic()
                 batch = self.feed.batch(self.lease, sub.name, self.batch, after=batch.high)
+                messages = self._messages(batch)
                 continue
-            messages = [_base.envelope(self.namespace, event) for event in batch.events]
             try:
                 sink = self._sink(sub)
                 budget = self.budget - (time.monotonic() - started)
@@ -148,10 +150,9 @@ class SinkLoop:
                 sending = self._submit(sink.publish(messages, budget))
                 following = None
                 if full:  # read the next batch meanwhile (fenced like any read)
-                    following = (
-                        time.monotonic(),
-                        self.feed.batch(self.lease, sub.name, self.batch, after=batch.high),
-                    )
+                    read_at = time.monotonic()
+                    ahead = self.feed.batch(self.lease, sub.name, self.batch, after=batch.high)
+                    following = (read_at, ahead, self._messages(ahead))
                 dups = self._wait(sending, budget - (time.monotonic() - started) + 1.0)
             except _base.SinkError as exc:
                 self._failed(sub, batch, messages, exc)
@@ -170,8 +171,12 @@ class SinkLoop:
                 return True  # moved meanwhile (a replay): read again
             if following is None:
                 return False
-            started, batch = following
+            started, batch, messages = following
         return True
+
+    def _messages(self, batch: alkstore.SinkBatch) -> list[_base.Message]:
+        namespace = self.namespace
+        return [_base.envelope(namespace, event) for event in batch.events]
 
     def _failed(
         self,
