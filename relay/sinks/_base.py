@@ -115,9 +115,9 @@ class Template:
         return _PLACEHOLDER.sub(lambda m: values[m[1]], self.text)
 
     def __call__(self, message: Message) -> str:
-        """Rendered once per event type (per type and key with `{key}`, the last
-        RENDERED of them kept): a regex substitution per message costs more than the
-        client's own publish work."""
+        """Rendered once per event type (per type and key with `{key}`; up to RENDERED
+        kept, then they are dropped and rendered again): a regex substitution per
+        message was a tenth of NATS' per-message cost (docs/performance.md)."""
         if self.constant:
             return self._value
         which = (message.type, message.key) if self._keyed else message.type
