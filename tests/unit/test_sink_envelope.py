@@ -35,6 +35,7 @@ def _iso(at: datetime) -> str:  # the definition: RFC 3339, UTC, milliseconds
 def test_appended_at_is_rfc3339_utc_with_milliseconds(at: datetime, tz: timezone) -> None:
     local = at.astimezone(tz)
     assert _base.appended_at(local) == _iso(local)
+    assert _base.appended_at(local) == _iso(local)  # kept by the object as read
     assert _base.appended_at(at) == _iso(at)
     assert _base.appended_at(at) == _iso(at)  # the one kept from the call before
 
