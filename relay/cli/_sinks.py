@@ -1,5 +1,6 @@
 """`alkstore subscriptions add NAME PATTERN... --sink URL [destination flags]`: a broker
-sink subscription from the command line (docs/adr/0026, addendum "The command line").
+sink subscription from the command line (docs/adr/0026, addendum "the command line
+creates and removes sinks").
 
 It is `add` with a URL: the same NAME, PATTERN... and --start as a queue subscription,
 so one command creates either, as `store.subscribe` / `store.subscribe_sink` do. The
