@@ -29,7 +29,7 @@ def append_many(
     *,
     key: str | None = ...,
     headers: dict[str, str] | None = ...,
-    namespace: str = ...,
+    namespace: str | None = ...,
     max_payload_bytes: int = ...,
 ) -> Awaitable[None]: ...
 @overload
@@ -39,7 +39,7 @@ def append_many(
     *,
     key: str | None = ...,
     headers: dict[str, str] | None = ...,
-    namespace: str = ...,
+    namespace: str | None = ...,
     max_payload_bytes: int = ...,
 ) -> None: ...
 def append_many(
@@ -48,7 +48,7 @@ def append_many(
     *,
     key: str | None = None,
     headers: dict[str, str] | None = None,
-    namespace: str = _config.DEFAULT_NAMESPACE,
+    namespace: str | None = None,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
 ) -> Awaitable[None] | None:
     """Append events on a connection you own, inside the transaction open on it.
@@ -63,8 +63,10 @@ def append_many(
     Each event is checked as `tx.append` checks it, before anything is sent:
     InvalidPayload if it would not decode back equal, PayloadTooLarge over
     `max_payload_bytes` (set it as in `alkstore.connect` of the processes that relay).
+    `namespace` as `alkstore.connect` takes it: None is $ALKSTORE_NAMESPACE, else
+    "alkstore".
     """
-    _config.check_name("namespace", namespace)
+    namespace = _config.namespace_or_default(namespace)
     rows = _rows(events, key, headers, max_payload_bytes)
     if isinstance(conn, psycopg.AsyncConnection):
         return postgres.append_on_async(conn, namespace, rows)
@@ -91,7 +93,7 @@ def append(
     *,
     key: str | None = ...,
     headers: dict[str, str] | None = ...,
-    namespace: str = ...,
+    namespace: str | None = ...,
     max_payload_bytes: int = ...,
 ) -> Awaitable[None]: ...
 @overload
@@ -101,7 +103,7 @@ def append(
     *,
     key: str | None = ...,
     headers: dict[str, str] | None = ...,
-    namespace: str = ...,
+    namespace: str | None = ...,
     max_payload_bytes: int = ...,
 ) -> None: ...
 def append(
@@ -110,7 +112,7 @@ def append(
     *,
     key: str | None = None,
     headers: dict[str, str] | None = None,
-    namespace: str = _config.DEFAULT_NAMESPACE,
+    namespace: str | None = None,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
 ) -> Awaitable[None] | None:
     """Append one event on a connection you own; see `append_many`."""
@@ -140,7 +142,7 @@ def enqueue(
     payload: object,
     *,
     on_duplicate: _queue.OnDuplicate = ...,
-    namespace: str = ...,
+    namespace: str | None = ...,
     max_payload_bytes: int = ...,
     **options: Any,
 ) -> Awaitable[int | None]: ...
@@ -151,7 +153,7 @@ def enqueue(
     payload: object,
     *,
     on_duplicate: Literal["raise"] = ...,
-    namespace: str = ...,
+    namespace: str | None = ...,
     max_payload_bytes: int = ...,
     **options: Any,
 ) -> int: ...
@@ -162,7 +164,7 @@ def enqueue(
     payload: object,
     *,
     on_duplicate: Literal["ignore"],
-    namespace: str = ...,
+    namespace: str | None = ...,
     max_payload_bytes: int = ...,
     **options: Any,
 ) -> int | None: ...
@@ -172,7 +174,7 @@ def enqueue(
     payload: object,
     *,
     on_duplicate: _queue.OnDuplicate = "raise",
-    namespace: str = _config.DEFAULT_NAMESPACE,
+    namespace: str | None = None,
     max_payload_bytes: int = _checks.DEFAULT_MAX_PAYLOAD,
     **options: Any,
 ) -> int | Awaitable[int | None] | None:
@@ -191,7 +193,7 @@ def enqueue(
     on_duplicate="ignore"). Workers are woken by the commit as for `q.enqueue` (the
     re-poll on PostgreSQL when no store in this process watches the connection).
     """
-    _config.check_name("namespace", namespace)
+    namespace = _config.namespace_or_default(namespace)
     settings = _Settings(_checks.payload_limit(max_payload_bytes))
     params = _queue.enqueue_params(settings, queue, payload, **options)
     name = _queue.enqueue_query(params)

@@ -18,17 +18,26 @@ from typing import Any, Literal, cast
 
 import msgspec
 
-from alkstore import _backoff, _checks, _effects, _engine, _errors, _events, _tracing
+from alkstore import _backoff, _checks, _effects, _engine, _errors, _events, _ordering, _tracing
 
 OnDuplicate = Literal["raise", "ignore", "replace"]
 RACES = 5  # runs of a batch whose dedupe keys other transactions keep taking (PostgreSQL)
 
 Options = tuple[
-    int, int | None, int, int | None, int | None, int | None, str | None, str | None, str | None
+    int,
+    int | None,
+    int,
+    int | None,
+    int | None,
+    int | None,
+    str | None,
+    str | None,
+    str | None,
+    str | None,
 ]
 """A job's checked options: (priority, run_at, delay_ms, expires_at, expires_ms,
-max_attempts, backoff JSON, dedupe_key, headers JSON); run_at and expires_at absolute,
-delay_ms and expires_ms relative to the batch's time."""
+max_attempts, backoff JSON, dedupe_key, headers JSON, group); run_at and expires_at
+absolute, delay_ms and expires_ms relative to the batch's time."""
 
 _INF = float("inf")
 _decode_keys = msgspec.json.Decoder(list[str]).decode
@@ -55,13 +64,15 @@ class JobSpec(_Payload, frozen=True, kw_only=True):
     expires: datetime | float | None = None
     dedupe_key: str | None = None
     headers: dict[str, str] | None = None
+    group: str | None = None
 
 
 class Batch:
     """A checked batch: payload JSON texts and event types, and the options of each job
-    (`options` None: every job has the batch's `base`)."""
+    (`options` None: every job has the batch's `base`); `grouped`: a job has a group
+    (docs/adr/0021), so the rows carry their key and ordering key."""
 
-    __slots__ = ("base", "options", "texts", "types")
+    __slots__ = ("base", "grouped", "options", "texts", "types")
 
     def __init__(self, items: Iterable[object], shared: dict[str, Any], limit: int) -> None:
         self.base = options(**shared)
@@ -80,6 +91,10 @@ class Batch:
             ]
             values = [item.payload if isinstance(item, JobSpec) else item for item in values]
         self.types, self.texts = _checks.encode_payloads(values, limit)
+        if self.options is None:
+            self.grouped = self.base[9] is not None
+        else:
+            self.grouped = any(o[9] is not None for o in self.options)
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -103,7 +118,7 @@ class Batch:
         if keep is not None:
             types, texts = list(compress(types, keep)), list(compress(texts, keep))
         if self.options is None:
-            p, r, d, ea, em, m, b, k, h = self.base
+            p, r, d, ea, em, m, b, k, h, _ = self.base
             run = now + d if r is None else r
             end = ea if em is None else now + em
             m = default if m is None else m
@@ -113,8 +128,21 @@ class Batch:
         return [
             (queue, now, p, now + d if r is None else r, ea if em is None else now + em,
              default if m is None else m, b, k, t, h, pl)
-            for (p, r, d, ea, em, m, b, k, h), t, pl in zip(every, types, texts, strict=True)
+            for (p, r, d, ea, em, m, b, k, h, _), t, pl in zip(every, types, texts, strict=True)
         ]  # fmt: skip
+
+    def grouped_rows(
+        self, queue: str, now: int, default: int, ordered: bool, keep: list[bool] | None
+    ) -> list[_engine.GroupedRow]:
+        """`rows` with each job's key (its group) and ordering key (the group, in an
+        ordered queue), as `enqueue(group=)` writes them."""
+        every = self.options or [self.base] * len(self.texts)
+        if keep is not None:
+            every = list(compress(every, keep))
+        return [
+            (*row, o[9], o[9] if ordered else None)
+            for row, o in zip(self.rows(queue, now, default, keep), every, strict=True)
+        ]
 
 
 def _expires(value: datetime | float) -> tuple[int | None, int | None]:
@@ -139,6 +167,7 @@ def options(
     expires: datetime | float | None = None,
     dedupe_key: str | None = None,
     headers: dict[str, str] | None = None,
+    group: str | None = None,
 ) -> Options:
     """The options of `enqueue`, checked."""
     if delay is not None and run_at is not None:
@@ -159,6 +188,7 @@ def options(
         None if backoff is None else _backoff.encode(backoff),
         _checks.dedupe_key(dedupe_key),
         _headers(headers),
+        None if group is None else _ordering.check_group(group),
     )
 
 
@@ -166,7 +196,9 @@ def _spec_options(spec: JobSpec, base: Options) -> Options:
     """A JobSpec's options over the batch's. Only what it sets is checked, the common
     cases inline (this runs once per job); anything else goes to the _checks function,
     which raises the error or returns the same value."""
-    priority, run_at, delay_ms, expires_at, expires_ms, attempts, backoff, key, headers = base
+    priority, run_at, delay_ms, expires_at, expires_ms, attempts, backoff, key, headers, group = (
+        base
+    )
     delay, when = spec.delay, spec.run_at
     if delay is not None:
         if when is not None:
@@ -197,7 +229,10 @@ def _spec_options(spec: JobSpec, base: Options) -> Options:
             key = _checks.dedupe_key(spec.dedupe_key)
     if spec.headers is not None:
         headers = _headers(spec.headers)
-    return (priority, run_at, delay_ms, expires_at, expires_ms, attempts, backoff, key, headers)
+    if spec.group is not None:
+        group = _ordering.check_group(spec.group)
+    return (priority, run_at, delay_ms, expires_at, expires_ms, attempts, backoff, key, headers,
+            group)  # fmt: skip
 
 
 def enqueue_many(
@@ -243,12 +278,12 @@ def _one_by_one(
             "backoff": b,
             "dedupe_key": k,
             "type": t,
-            "key": None,
+            "key": g,
             "position": None,
             "headers": h,
             "payload": pl,
         }
-        for (p, r, d, ea, em, m, b, k, h), t, pl in batch.relative()
+        for (p, r, d, ea, em, m, b, k, h, g), t, pl in batch.relative()
     ]
     keys = batch.keys()
     name = "enqueue" if all(key is None for key in keys) else "enqueue_dedupe"
@@ -306,11 +341,15 @@ def _bulk(
     for run in range(RACES):
         try:
             with engine.transaction() as conn:
-                start, default, live = engine.run_in(conn, "bulk_start", params)[0]
+                start, default, live, ordered = engine.run_in(conn, "bulk_start", params)[0]
                 taken = set(_decode_keys(live))
                 keep = _fresh(queue, keys, taken, on_duplicate) if clash or taken else None
-                rows = batch.rows(queue, start, default, keep)
-                inserted = engine.insert_jobs(conn, rows) if rows else []
+                if batch.grouped:  # the rows carry key and grp (docs/adr/0021)
+                    grouped = batch.grouped_rows(queue, start, default, bool(ordered), keep)
+                    inserted = engine.insert_jobs(conn, grouped, grouped=True) if grouped else []
+                else:
+                    rows = batch.rows(queue, start, default, keep)
+                    inserted = engine.insert_jobs(conn, rows) if rows else []
             break
         except _engine.KeyTaken:
             if not distinct or run == RACES - 1:

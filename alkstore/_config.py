@@ -12,6 +12,15 @@ from alkstore import _errors
 
 DEFAULT_URL = "sqlite:///alkstore.db"
 DEFAULT_NAMESPACE = "alkstore"
+
+
+def namespace_or_default(namespace: str | None) -> str:
+    """The namespace given, else $ALKSTORE_NAMESPACE, else DEFAULT_NAMESPACE, checked."""
+    if namespace is None:
+        namespace = os.environ.get("ALKSTORE_NAMESPACE") or DEFAULT_NAMESPACE
+    return check_name("namespace", namespace)
+
+
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 NAME_RULE = "use 1-40 characters: lowercase letters, digits and _, starting with a letter"
 # Queue names are values, never spliced into SQL, a channel or a file name (ADR 0006,

@@ -24,6 +24,14 @@ through it: `Queue.next_due()` reads the claim index itself, finds such a job du
 and the worker looks again, sooner than its poll (relay/worker/_due.py).
 
 SQLite deletes a row's index entries with the row: its claims never need a cursor.
+
+`Claims` runs a claimer's plain claims on PostgreSQL: from the cursor when it is
+engaged, else the full claim, or `claim_top` (the top priority level's range alone) while
+the last claim was filled from one level. The full claim's plan (a probe per level, then
+the walk below them) costs ~70 us more to start than one range (docs/performance.md,
+issue 12), paid per claim by a worker that drains a queue of one priority. A top claim
+that comes back short is followed by a full claim for the rest in the same call, so the
+jobs a call returns are the ones the full claim would have returned.
 """
 
 from __future__ import annotations
@@ -31,7 +39,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from typing import Any
+from time import perf_counter  # (not through `time`: tests give the cursor a clock of theirs)
+from typing import Any, Protocol
 
 FAST = 0.025  # seconds: a full claim is slow past FAST + PER_JOB per job it took
 PER_JOB = 0.0001  # (a normal claim: ~0.2-2 ms and ~10-50 us per job on two busy cores)
@@ -72,3 +81,42 @@ class Cursor:
             priority, entry = row[2], (row[3], row[0])
             if priority not in at or entry > at[priority]:
                 at[priority] = entry
+
+
+class _Runs(Protocol):
+    def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]: ...
+
+
+class Claims:
+    """A claimer's plain claims on PostgreSQL: from its cursor, from the top level alone,
+    or full (see the module's docstring)."""
+
+    def __init__(self, engine: _Runs) -> None:
+        self._engine = engine
+        self._cursor = Cursor()
+        self._top = False  # the last claim was filled from one priority level
+
+    def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """The claim `name` (the full claim's statement) with `params`."""
+        run = self._engine.run
+        start = self._cursor.start()
+        began = perf_counter()
+        if start is not None:
+            rows = run("claim_from", {**params, "from": start})
+        elif self._top:
+            rows = run("claim_top", params)
+            if len(rows) < params["n"]:  # the top level ran short: the rest as `claim` would
+                rows += run(name, {**params, "n": params["n"] - len(rows)})
+        else:
+            rows = run(name, params)
+        full = start is None
+        if full:
+            self._top = len(rows) == params["n"] and _one_level(rows)
+        self._cursor.took(rows, full, perf_counter() - began)
+        return rows
+
+
+def _one_level(rows: Sequence[tuple[Any, ...]]) -> bool:
+    """All rows (priority at [2]) are of one priority level."""
+    first = rows[0][2]
+    return all(row[2] == first for row in rows)

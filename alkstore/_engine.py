@@ -30,6 +30,23 @@ JobRow = tuple[
 visible_at, expires_at, max_attempts, backoff JSON, dedupe_key, type, headers JSON,
 payload JSON); times in absolute epoch ms of the database's clock."""
 
+GroupedRow = tuple[
+    str,
+    int,
+    int,
+    int,
+    int | None,
+    int,
+    str | None,
+    str | None,
+    str | None,
+    str | None,
+    str,
+    str | None,
+    str | None,
+]
+"""A JobRow with the job's key and ordering key (`enqueue_many(group=)`, docs/adr/0021)."""
+
 
 class KeyTaken(_errors.StorageError):
     """A dedupe key of a bulk insert was taken by a transaction that committed after the
@@ -182,9 +199,12 @@ class Engine(Protocol):
         """The smallest batch `insert_jobs` is faster for (smaller: one statement a job)."""
         ...
 
-    def insert_jobs(self, conn: Any, rows: Sequence[JobRow]) -> list[int]:
+    def insert_jobs(
+        self, conn: Any, rows: Sequence[JobRow] | Sequence[GroupedRow], *, grouped: bool = False
+    ) -> list[int]:
         """Insert jobs inside the transaction on `conn`, with ids in the order of `rows`;
-        their dedupe keys were free when `bulk_start` looked (KeyTaken if one is not now)."""
+        their dedupe keys were free when `bulk_start` looked (KeyTaken if one is not now).
+        `grouped`: the rows are GroupedRows."""
         ...
 
     def sweep_lock(self, now_ms: int | None) -> AbstractContextManager[bool]:

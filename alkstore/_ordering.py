@@ -98,6 +98,7 @@ def check_group(group: object) -> str:
         raise _errors.InvalidArgument(f"group must be a non-empty string, not {group!r}")
     if len(group.encode()) > MAX_GROUP_BYTES:
         raise _errors.InvalidArgument(f"group must be at most {MAX_GROUP_BYTES} bytes")
+    _checks.no_nul("group", group)
     return group
 
 

@@ -26,6 +26,7 @@ from alkstore import (
     _errors,
     _events,
     _jobs,
+    _leases,
     _ops,
     _ordering,
     _sql,
@@ -209,7 +210,7 @@ class Queue(_ops.Operations):
         self._engine = runtime.engine
         self._config: QueueConfig | None = None
         self._config_read = 0.0
-        self._cursor = _cursor.Cursor() if self._engine.name == "postgres" else None
+        self._claims = _cursor.Claims(self._engine) if self._engine.name == "postgres" else None
 
     # -- configuration ---------------------------------------------------------------
 
@@ -366,8 +367,8 @@ class Queue(_ops.Operations):
         """Enqueue several jobs in one transaction; their ids in input order (None: an
         ignored duplicate). On PostgreSQL a batch goes through COPY (docs/adr/0013).
 
-        Options (as `enqueue`) apply to every job; an item may be an
-        `alkstore.JobSpec(payload, delay=..., priority=..., dedupe_key=...,
+        Options (as `enqueue`, `group=` too) apply to every job; an item may be an
+        `alkstore.JobSpec(payload, delay=..., priority=..., dedupe_key=..., group=...,
         max_attempts=...)` whose own options win. Dedupe keys are decided in input
         order: a later job with the key of an earlier one is a duplicate."""
         ids = _bulk.enqueue_many(
@@ -424,8 +425,9 @@ class Queue(_ops.Operations):
         claim = self._engine.run
         if config.key_rate_limit:  # the keys' windows count in the claim's transaction
             claim = _ordering.KeyCounted(self._engine)
-        elif query == "claim" and not config.ordered:  # (an ordered queue's next job comes
-            claim = self._claim  # back at its old run time: behind a cursor, ADR 0027)
+        elif query == "claim" and not config.ordered and self._claims is not None:
+            claim = self._claims.run  # (an ordered queue's next job comes back at its old
+            # run time: behind a cursor; docs/adr/0027, alkstore/_cursor.py)
         rows = claim(query, params)
         if 0 < start < n and len(rows) == start:
             params.update(n=n - start, go=0)
@@ -439,21 +441,6 @@ class Queue(_ops.Operations):
         jobs.sort(key=lambda job: (-job.priority, job.due_ms, job.id))  # RETURNING is unordered
         self._bury_exhausted()
         return jobs
-
-    def _claim(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        """The plain claim (`name`): on PostgreSQL from this claimer's cursor when it has
-        one and a full claim is not due (alkstore/_cursor.py, docs/adr/0027)."""
-        cursor = self._cursor
-        if cursor is None:
-            return self._engine.run(name, params)
-        start = cursor.start()
-        began = time.perf_counter()
-        if start is None:
-            rows = self._engine.run(name, params)
-        else:
-            rows = self._engine.run("claim_from", {**params, "from": start})
-        cursor.took(rows, start is None, time.perf_counter() - began)
-        return rows
 
     def next_due(self) -> float | None:
         """Seconds until this queue's next job falls due, by the database's clock (0.0: one
@@ -497,15 +484,14 @@ class Queue(_ops.Operations):
     def start_many(self, jobs: Sequence[_jobs.Job[Any]]) -> None:
         """Record that prefetched jobs started (their attempts count); see claim_many."""
         if jobs:
-            pairs = _encode([[job.id, job.lease_token] for job in jobs]).decode()
-            self._engine.run("start_many", {"pairs": pairs})
+            self._engine.run("start_many", _leases.batch_of(self._engine.name, jobs))
 
     def ack_many(self, jobs: Sequence[_jobs.Job[Any]]) -> list[int]:
         """Acknowledge several jobs in one statement; returns the ids whose lease was lost."""
         if not jobs:
             return []
-        pairs = _encode([[job.id, job.lease_token] for job in jobs]).decode()
-        done = {row[0] for row in self._engine.run("ack_many", {"pairs": pairs})}
+        params = _leases.batch_of(self._engine.name, jobs)
+        done = {row[0] for row in self._engine.run("ack_many", params)}
         if done and self.config().ordered:
             self._engine.committed()  # the keys' next jobs are due: wake their claimers
         return [job.id for job in jobs if job.id not in done]

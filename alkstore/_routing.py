@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from alkstore import _checks, _config, _errors, _jobs, _queue
+from alkstore import _checks, _config, _errors, _fanout, _jobs, _queue
 
 log = logging.getLogger("alkstore.retention")
 _PATTERN = re.compile(r"[A-Za-z0-9_.:\-*]{1,200}")
@@ -69,11 +69,12 @@ def subscribe(
     events: Iterable[str],
     start: Literal["now", "beginning"] | int = "now",
     dedupe_by_key: bool = False,
+    replace_by_key: bool = False,
+    debounce_by_key: float | None = None,
     **queue_options: Any,
 ) -> Subscription:
     """Create or update a subscription. An existing one keeps its checkpoint."""
-    if not isinstance(dedupe_by_key, bool):
-        raise _errors.InvalidArgument(f"dedupe_by_key must be True or False, got {dedupe_by_key!r}")
+    replace_ms = _fanout.replace_ms(dedupe_by_key, replace_by_key, debounce_by_key)
     _config.check_name("queue", queue)
     globs = [events] if isinstance(events, str) else list(events)
     if not globs:
@@ -105,6 +106,7 @@ def subscribe(
         "gap_first": None if gap is None else gap[0],
         "gap_last": None if gap is None else gap[1],
         "dedupe": dedupe_by_key,
+        "replace_ms": replace_ms,  # replace / debounce by key (_fanout.py)
     }
     rows = rt.engine.run("subscribe", params)
     if not rows:  # the name is a sink subscription's (docs/adr/0026)
@@ -268,12 +270,17 @@ def relay_batch(rt: _queue.Runtime, lease: Lease | None, batch: int = 5_000) -> 
     with engine.transaction() as conn:
         if lease is not None and not lease.renew(conn):
             raise NotLeader(f"lease {lease.name!r} was taken over; stopping")
-        low, high, queues = engine.run_in(conn, "relay_bounds", {"batch": batch})[0]
+        low, high, queues, replacing = engine.run_in(conn, "relay_bounds", {"batch": batch})[0]
         if low is None or high <= low:
             return 0, 0
         # low..high: every statement seeks the batch's range (docs/adr/0011)
         params = {"low": low, "high": high, "now": now, "queues": queues}
-        jobs = int(engine.run_in(conn, "relay_insert", params)[0][0])
+        plain, replacing = _fanout.split(queues, replacing)
+        jobs = 0
+        if plain != "[]":
+            jobs = int(engine.run_in(conn, "relay_insert", {**params, "queues": plain})[0][0])
+        if replacing != "[]":  # replace / debounce by key: their own statements
+            jobs += _fanout.relay_replace(engine, conn, {**params, "queues": replacing})
         engine.run_in(conn, "relay_advance", params)
     if jobs:
         engine.committed()  # wake the workers

@@ -263,21 +263,20 @@ class Store:
         *,
         start: Literal["now", "beginning"] | int = "now",
         dedupe_by_key: bool = False,
+        replace_by_key: bool = False,
+        debounce_by_key: float | None = None,
         **queue_options: Any,
     ) -> _routing.Subscription:
         """Route events whose type matches a pattern (`order.*`) into `queue`.
 
         `start`: "now" (only new events), "beginning" (the whole retained log) or a
         position (delivered from that position on, like `replay`). Re-subscribing
-        updates the patterns and keeps the checkpoint.
-        Queue options (max_attempts, backoff, visibility, dead_retention) are stored.
-        `dedupe_by_key=True`: each job takes its event's key as its dedupe key, so while a
-        job with that key is live in `queue` the relay makes none for a later event with
-        it (a schedule's firings with a key do not pile up; docs/adr/0022).
-        """
-        return _routing.subscribe(
-            self._runtime, queue, events, start, dedupe_by_key, **queue_options
-        )
+        updates the patterns and keeps the checkpoint. Queue options are stored. Jobs take
+        their event's key as dedupe key (ADR 0022) with `dedupe_by_key=True` (a later
+        event makes none while one with the key lives), `replace_by_key=True` (it replaces
+        the one that waits) or `debounce_by_key=s` (replaces it, due s seconds later)."""
+        keyed = (dedupe_by_key, replace_by_key, debounce_by_key)
+        return _routing.subscribe(self._runtime, queue, events, start, *keyed, **queue_options)
 
     def subscribe_sink(
         self,
@@ -357,10 +356,16 @@ class Store:
         those dead (not seen for 30 s: `alive` False) until the sweep forgets them (1 h)."""
         return _workers.workers(self._runtime)
 
-    def worker_presence(self, queues: Iterable[str], concurrency: int) -> _workers.Presence:
+    def worker_presence(
+        self,
+        queues: Iterable[str],
+        concurrency: int,
+        counts: Callable[[], _workers.Counts] | None = None,
+    ) -> _workers.Presence:
         """Insert this process's row in the workers table (the worker runtime's; refresh
-        it with `Renewal.beat` every `presence.every` seconds, `leave()` when done)."""
-        presence = _workers.Presence(self._runtime, queues, concurrency)
+        it with `Renewal.beat` every `presence.every` seconds, `leave()` when done).
+        `counts()`: what it has done since it started, written at each refresh."""
+        presence = _workers.Presence(self._runtime, queues, concurrency, counts)
         presence.announce()
         return presence
 
@@ -508,9 +513,7 @@ def connect(
     else:
         from_env = False
     target = _config.parse_url(url)
-    if namespace is None:
-        namespace = os.environ.get("ALKSTORE_NAMESPACE") or _config.DEFAULT_NAMESPACE
-    _config.check_name("namespace", namespace)
+    namespace = _config.namespace_or_default(namespace)
     engine: _engine.Engine
     if target.engine == "sqlite":
         from alkstore import sqlite

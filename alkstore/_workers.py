@@ -7,6 +7,10 @@ connection: `Renewal.beat`), and deletes the row when it stops cleanly. A row no
 seen for DEAD_AFTER seconds is a dead worker (killed, frozen, cut off from the
 database); the sweep deletes rows not seen for FORGET_AFTER seconds. Times are the
 store's clock (the database's unless one was injected, ADR 0012).
+
+At each refresh a worker also writes what it has done since it started, per queue
+(`counts`: done, retried, dead), so readers can take throughput from the rows without
+a write per job (docs/adr/0023, addendum).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -31,11 +35,16 @@ FORGET_AFTER = 3_600.0  # the sweep deletes rows not seen for this long
 
 _encode = msgspec.json.Encoder().encode
 _names = msgspec.json.Decoder(list[str])
+_counts = msgspec.json.Decoder(dict[str, dict[str, int]])
+Counts = Mapping[str, Mapping[str, int]]  # queue -> {"done": n, "retried": n, "dead": n}
 
 
 class WorkerInfo(msgspec.Struct, frozen=True):
     """A worker process as its row says: `alive` is False once it has not been seen for
-    DEAD_AFTER seconds (it was killed or lost the database), `seen_ago` in seconds."""
+    DEAD_AFTER seconds (it was killed or lost the database), `seen_ago` in seconds.
+    `counts`: per queue it serves, the jobs it has acked (`done`), retried (`retried`:
+    failed attempts that run again) and dead-lettered (`dead`) since `started_at`, as of
+    `last_seen`; None when the row carries none (written without counts)."""
 
     id: str
     host: str
@@ -46,18 +55,28 @@ class WorkerInfo(msgspec.Struct, frozen=True):
     last_seen: datetime
     alive: bool
     seen_ago: float
+    counts: dict[str, dict[str, int]] | None = None
 
 
 class Presence:
     """A running worker's row. Get one with `store.worker_presence(...)` (which inserts
-    it); refresh it every `every` seconds (`Renewal.beat`), `leave()` on a clean stop."""
+    it); refresh it every `every` seconds (`Renewal.beat`), `leave()` on a clean stop.
+    `counts`, if given, is called at each refresh: what this worker has done since it
+    started, per queue (`WorkerInfo.counts`)."""
 
-    def __init__(self, runtime: Runtime, queues: Iterable[str], concurrency: int) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        queues: Iterable[str],
+        concurrency: int,
+        counts: Callable[[], Counts] | None = None,
+    ) -> None:
         names = [_config.check_name("queue", q) for q in queues]
         self._rt = runtime
         self.id = secrets.token_hex(8)
         self.every = HEARTBEAT
         self.started_at: int | None = None
+        self._counts = counts
         self._params: dict[str, Any] = {
             "id": self.id,
             "host": socket.gethostname(),
@@ -68,7 +87,13 @@ class Presence:
 
     def params(self) -> dict[str, Any]:
         """The upsert's parameters (`worker_seen`), at the store's time now."""
-        return {**self._params, "started_at": self.started_at, "now": self._rt.now_param()}
+        counts = None if self._counts is None else _encode(self._counts()).decode()
+        return {
+            **self._params,
+            "started_at": self.started_at,
+            "now": self._rt.now_param(),
+            "counts": counts,
+        }
 
     def seen(self, rows: list[tuple[Any, ...]]) -> None:
         """Keep the start time the first upsert stored (a row the sweep aged out while
@@ -91,7 +116,7 @@ def workers(runtime: Runtime) -> list[WorkerInfo]:
     """Every worker row, oldest start first, live ones and those not aged out yet."""
     dead_ms = DEAD_AFTER * 1000
     found = []
-    for wid, host, pid, queues, concurrency, started, seen, now in runtime.engine.run(
+    for wid, host, pid, queues, concurrency, started, seen, now, counts in runtime.engine.run(
         "workers_list", {"now": runtime.now_param()}
     ):
         ago = max(0, int(now) - int(seen))
@@ -106,6 +131,7 @@ def workers(runtime: Runtime) -> list[WorkerInfo]:
                 _jobs.from_ms(int(seen)),
                 ago < dead_ms,
                 ago / 1000,
+                None if counts is None else _counts.decode(counts),
             )
         )
     return found

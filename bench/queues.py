@@ -60,7 +60,7 @@ import msgspec
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/queues.py`
 
 import alkstore
-from alkstore import _queue, _sql
+from alkstore import _leases, _queue, _sql
 from bench._common import (
     Backend,
     Metric,
@@ -124,6 +124,7 @@ class RawSql:
 
     def __init__(self, backend: Backend, namespace: str) -> None:
         self.sqlite = backend.name == "sqlite"
+        self.engine_name = backend.name
         self.conn: Any = backend.autocommit_connection()
         self.queries = _sql.queries(f"alkstore.{backend.name}", namespace)
         jobs = backend.table(namespace, "jobs")
@@ -235,8 +236,8 @@ class RawSql:
         params["levels"] = _queue.CLAIM_LEVELS
         rows = self.run(self.queries["claim"], params)
         if rows:
-            pairs = _encode([[row[0], row[7]] for row in rows]).decode()
-            done = self.run(self.queries["ack_many"], {"pairs": pairs})
+            ids, tokens = [row[0] for row in rows], [row[7] for row in rows]
+            done = self.run(self.queries["ack_many"], _leases.batch(self.engine_name, ids, tokens))
             assert len(done) == len(rows), "raw ack_many lost a lease"
         return len(rows)
 

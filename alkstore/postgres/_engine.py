@@ -391,7 +391,13 @@ class PostgresEngine:
                 results.append(cursor.fetchall() if cursor.description else [])
             return results
 
-    def insert_jobs(self, conn: Any, rows: Sequence[_engine.JobRow]) -> list[int]:
+    def insert_jobs(
+        self,
+        conn: Any,
+        rows: Sequence[_engine.JobRow] | Sequence[_engine.GroupedRow],
+        *,
+        grouped: bool = False,
+    ) -> list[int]:
         """COPY the rows into the jobs table; their ids are the identity default's, in
         input order. COPY returns none: when no other session took an id meanwhile they
         are the range between the sequence's value before and after, else they are read
@@ -400,7 +406,7 @@ class PostgresEngine:
         q = self._q
         try:
             first = conn.execute(q["bulk_id_before"], prepare=False).fetchone()[0]
-            with conn.cursor().copy(q["bulk_insert"]) as copy:
+            with conn.cursor().copy(q["bulk_insert_grouped" if grouped else "bulk_insert"]) as copy:
                 write = copy.write_row
                 for row in rows:
                     write(row)

@@ -164,7 +164,7 @@ class SqliteEngine:
                 raise _errors.TransactionOpen()
             if self.gate.waiting:
                 self.gate.hold(_busy.BUSY_TIMEOUT)
-            _busy.execute(conn, "BEGIN IMMEDIATE")
+            _begin(conn, self._namespace)
             try:
                 yield conn
             except BaseException:
@@ -280,7 +280,7 @@ class SqliteEngine:
         query, bind = self._positional[name]
         if self.gate.waiting:
             self.gate.hold(_busy.BUSY_TIMEOUT)
-        _busy.execute(conn, "BEGIN IMMEDIATE")
+        _begin(conn, self._namespace)
         return _run_begun(conn, self._namespace, query, bind, params)
 
     def run_in(self, conn: Any, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -302,11 +302,18 @@ class SqliteEngine:
     ) -> list[list[tuple[Any, ...]]]:
         return [self.run_in(conn, name, params) for params in params_seq]
 
-    def insert_jobs(self, conn: Any, rows: Sequence[_engine.JobRow]) -> list[int]:
+    def insert_jobs(
+        self,
+        conn: Any,
+        rows: Sequence[_engine.JobRow] | Sequence[_engine.GroupedRow],
+        *,
+        grouped: bool = False,
+    ) -> list[int]:
         """One executemany of a positional INSERT (RETURNING: one id per row, in order).
         A dedupe key a live job holds: KeyTaken (the caller rolls back)."""
+        query = self._q["bulk_insert_grouped" if grouped else "bulk_insert"]
         try:
-            return [row[0] for row in conn.executemany(self._q["bulk_insert"], rows)]
+            return [row[0] for row in conn.executemany(query, rows)]
         except apsw.ConstraintError as exc:
             if getattr(exc, "extendedresult", None) == _UNIQUE:  # jobs has one: dedupe keys
                 raise _engine.KeyTaken() from exc
@@ -371,7 +378,7 @@ class _Flat:
             raise _errors.TransactionOpen()
         if gate.waiting:
             gate.hold(_busy.BUSY_TIMEOUT)
-        _busy.execute(conn, "BEGIN IMMEDIATE")
+        _begin(conn, self._engine.namespace)
         return conn
 
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
@@ -418,6 +425,14 @@ class _Reserved:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _begin(conn: apsw.Connection, namespace: str) -> None:
+    """BEGIN IMMEDIATE; a lock held past every retry is DatabaseBusy, not apsw's error."""
+    try:
+        _busy.execute(conn, "BEGIN IMMEDIATE")
+    except apsw.Error as exc:
+        raise _storage_error(conn, namespace, exc) from exc
 
 
 def _run_begun(

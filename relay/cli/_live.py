@@ -83,6 +83,17 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         default="now",
         help='add: "now" (new events only), "beginning" (the retained log) or a position',
     )
+    keyed = subs.add_mutually_exclusive_group()  # what a newer event with a live key does
+    keyed.add_argument("--dedupe-by-key", action="store_true", help="add: makes no job")
+    keyed.add_argument(
+        "--replace-by-key", action="store_true", help="add: replaces the waiting job"
+    )
+    keyed.add_argument(
+        "--debounce-by-key",
+        type=float,
+        metavar="SECONDS",
+        help="add: replaces the waiting job, due SECONDS later (docs/adr/0022)",
+    )
     _sinks.add_flags(subs)
     policy = alkstore.Retention()
     assert policy.log is not None and policy.dead_letters is not None
@@ -283,11 +294,20 @@ def subscriptions(store: alkstore.Store, args: argparse.Namespace) -> int:
                     f'--start must be "now", "beginning" or a position, got {start!r}'
                 ) from None
         if args.sink is not None:
+            if args.dedupe_by_key or args.replace_by_key or args.debounce_by_key is not None:
+                raise UsageError("--dedupe/--replace/--debounce-by-key are a queue's, not a sink's")
             _sinks.add(store, args, start)
             return 0
         _sinks.options(args)  # a sink option without --sink: refused
         existed = any(s.queue == queue for s in store.subscriptions())
-        sub = store.subscribe(queue, args.events, start=start)
+        sub = store.subscribe(
+            queue,
+            args.events,
+            start=start,
+            dedupe_by_key=args.dedupe_by_key,
+            replace_by_key=args.replace_by_key,
+            debounce_by_key=args.debounce_by_key,
+        )
         if args.json:
             _print_json(sub)
         elif existed:

@@ -24,7 +24,7 @@ from starlette.routing import Route
 
 import alkstore
 from relay.cli import _show
-from relay.dashboard import _auth, _html, _pages
+from relay.dashboard import _auth, _html, _pages, _throughput
 
 log = logging.getLogger("alkstore.dashboard")
 HEADERS = {"x-frame-options": "DENY", "content-security-policy": "frame-ancestors 'none'"}
@@ -40,6 +40,7 @@ class Dashboard:
         self.store = store
         self.guard = _auth.Guard(token)
         self.history = _pages.History()
+        self.throughput = _throughput.Throughput()
 
     # -- reading ---------------------------------------------------------------------
 
@@ -70,17 +71,20 @@ class Dashboard:
 
     def overview(self, request: Request) -> HTMLResponse:
         csrf = self.guard.csrf(request)
-        return self.render(request, "Overview", _pages.overview(self.store, self.history, csrf))
+        return self.render(
+            request, "Overview", _pages.overview(self.store, self.history, csrf, self.throughput)
+        )
 
     def queues(self, request: Request) -> HTMLResponse:
-        live = _pages.queues_table(self.store, self.guard.csrf(request))
+        live = _pages.queues_table(self.store, self.guard.csrf(request), self.throughput)
         return self.render(request, "Queues", live)
 
     def queue(self, request: Request) -> HTMLResponse:
         name = request.path_params["name"]
         state = request.query_params.get("state") or None
         after = _whole(request.query_params.get("after"))
-        live = _pages.queue(self.store, name, state, after, self.guard.csrf(request))
+        csrf = self.guard.csrf(request)
+        live = _pages.queue(self.store, name, state, after, csrf, self.throughput)
         return self.render(request, f"Queue {name}", live)
 
     def job(self, request: Request) -> HTMLResponse:

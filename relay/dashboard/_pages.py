@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 import alkstore
+from relay.dashboard import _throughput
 from relay.dashboard._html import ago, button, count, e, sparkline, table, url, when
 
 PAGE = 50  # jobs, dead letters or events per page
@@ -48,9 +49,17 @@ class History:
             return [float(s[2].get(queue, 0)) for s in self.samples]
 
 
-def queues_table(store: alkstore.Store, csrf: str | None) -> str:
+def queues_table(store: alkstore.Store, csrf: str | None, speed: _throughput.Throughput) -> str:
+    rates = speed.update(store.workers())
+    listed = store.queues(estimate=True)
+    names = {q.name for q in listed}  # a queue its workers emptied is no longer listed
+    empty = [  # (a paused one is: it has a row); it still has a rate
+        alkstore.QueueInfo(name=n, paused=False, ready=0, scheduled=0, running=0, dead=0)
+        for n in rates
+        if n not in names
+    ]
     rows = []
-    for q in store.queues(estimate=True):
+    for q in sorted(listed + empty, key=lambda q: q.name.encode()):
         state = "<span class='tag paused'>paused</span>" if q.paused else ""
         toggle = f"/queues/{q.name}/" + ("resume" if q.paused else "pause")
         act = button(toggle, "resume" if q.paused else "pause", csrf)
@@ -62,11 +71,12 @@ def queues_table(store: alkstore.Store, csrf: str | None) -> str:
                 count(q.running),
                 f'<a href="{e(url(f"/queues/{q.name}/dead"))}">{count(q.dead, q.estimated)}</a>',
                 ago(q.oldest_ready_age),
+                _throughput.cell(rates.get(q.name), q.name in rates),
                 act,
             )
         )
-    head = ("queue", "ready", "scheduled", "running", "dead", "oldest ready", "")
-    return table(head, rows, numeric=(1, 2, 3, 4, 5))
+    head = ("queue", "ready", "scheduled", "running", "dead", "oldest ready", "done (1 min)", "")
+    return table(head, rows, numeric=(1, 2, 3, 4, 5, 6))
 
 
 def dead_queues(store: alkstore.Store) -> str:
@@ -82,7 +92,9 @@ def dead_queues(store: alkstore.Store) -> str:
     return table(("queue", "dead letters"), rows, numeric=(1,))
 
 
-def overview(store: alkstore.Store, history: History, csrf: str | None) -> str:
+def overview(
+    store: alkstore.Store, history: History, csrf: str | None, speed: _throughput.Throughput
+) -> str:
     status = store.status(queues=False)
     history.add(status.head, {lag.queue: lag.events for lag in status.subscriptions})
     rate = history.rate()
@@ -131,14 +143,22 @@ def overview(store: alkstore.Store, history: History, csrf: str | None) -> str:
         ),
     )
     return (
-        f"<div class=row>{top}</div><h2>Queues</h2>{queues_table(store, csrf)}"
+        f"<div class=row>{top}</div><h2>Queues</h2>{queues_table(store, csrf, speed)}"
         f"<h2>Relay lag</h2>{lags}<h2>Leaders</h2>{leaders}<h2>Workers</h2>{workers}"
     )
 
 
-def queue(store: alkstore.Store, name: str, state: str | None, after: int, csrf: str | None) -> str:
+def queue(
+    store: alkstore.Store,
+    name: str,
+    state: str | None,
+    after: int,
+    csrf: str | None,
+    speed: _throughput.Throughput,
+) -> str:
     q = store.queue(name)
     info = q.info(estimate=True)
+    rates = speed.update(store.workers())
     jobs = q.jobs(state=state, limit=PAGE, after=after)  # type: ignore[arg-type]
     est = info.estimated
     cards = (
@@ -147,6 +167,7 @@ def queue(store: alkstore.Store, name: str, state: str | None, after: int, csrf:
         ("running", count(info.running)),
         ("dead", f'<a href="{e(url(f"/queues/{name}/dead"))}">{count(info.dead, est)}</a>'),
         ("oldest ready", ago(info.oldest_ready_age) or "none"),
+        *_throughput.cards(rates.get(name), name in rates),
     )
     top = "".join(f"<div class=card>{k}<b>{v}</b></div>" for k, v in cards)
     toggle = button(

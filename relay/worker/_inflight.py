@@ -121,6 +121,27 @@ class Counters(Counter[str]):
         with self._lock:
             return dict(self.by_queue)
 
+    def tally(
+        self, queues: Iterable[str], since: dict[tuple[str, str], int]
+    ) -> dict[str, dict[str, int]]:
+        """Per queue, what was done after `since` (a `per_queue()`): acked (`done`), failed
+        attempts that run again (`retried`), dead-lettered (`dead`): what a worker writes
+        in its row at each refresh (docs/adr/0023, addendum)."""
+        now = self.per_queue()
+
+        def n(queue: str, *names: str) -> int:
+            return sum(now.get((queue, k), 0) - since.get((queue, k), 0) for k in names)
+
+        return {
+            q: {
+                "done": n(q, "ack"),
+                # a last attempt counts as retry (or timeout) and as dead: it ran no more
+                "retried": n(q, "retry", "timeout") - n(q, "dead"),
+                "dead": n(q, "dead", "fail", "poison"),
+            }
+            for q in queues
+        }
+
     def timed(self, queue: str, seconds: Iterable[float]) -> None:
         """Handler durations (seconds) of jobs of `queue`, when metrics are on."""
         timings = self.timings

@@ -11,7 +11,8 @@ sooner needs no mark at all, so short jobs cost no statement for it). Every
 `presence.every` seconds it refreshes the worker's row in the workers table on the same
 connection, after any renewal due in that tick (docs/adr/0018): one short statement
 every 10 s, never on the claim loop's path, and a worker whose handlers hold every
-pooled connection is still seen alive.
+pooled connection is still seen alive. The refresh also writes what the worker has done
+per queue since it started (docs/adr/0023, addendum: the dashboard's throughput).
 """
 
 from __future__ import annotations

@@ -148,7 +148,10 @@ class Worker:
 
     def _run(self, names: list[str], once: bool) -> None:
         self.store.check()
-        presence = self.store.worker_presence(names, self.concurrency)
+        since = self.counters.per_queue()  # the row counts this run's jobs only
+        presence = self.store.worker_presence(
+            names, self.concurrency, lambda: self.counters.tally(names, since)
+        )
         try:
             self._serve(names, once, presence)
         finally:

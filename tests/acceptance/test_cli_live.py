@@ -122,6 +122,30 @@ def test_workers_lists_live_and_dead_workers(lite: tuple[Backend, alkstore.Store
     assert as_json(backend, "workers") == []
 
 
+def test_workers_json_carries_what_each_worker_has_done(
+    lite: tuple[Backend, alkstore.Store],
+) -> None:
+    """The row's counts per queue (docs/adr/0023, addendum) are a key of `workers --json`
+    (null for a row written without counts); the text stays as it was."""
+    backend, store = lite
+    counts = {"emails": {"done": 12, "retried": 1, "dead": 0}}
+    counted = store.worker_presence(["emails"], 2, lambda: counts)
+    try:
+        (row,) = as_json(backend, "workers")
+        assert row["counts"] == counts
+        header = run(backend, "workers").stdout.splitlines()[0]
+        assert header.split("\t")[-1] == "STATE"
+        (status_row,) = as_json(backend, "status")["workers"]
+        assert status_row["counts"] == counts
+    finally:
+        counted.leave()
+    plain = store.worker_presence(["audit"], 1)
+    try:
+        assert [r["counts"] for r in as_json(backend, "workers")] == [None]
+    finally:
+        plain.leave()
+
+
 def test_subscriptions_add_list_remove(lite: tuple[Backend, alkstore.Store]) -> None:
     backend, migrated = lite
     out = run(backend, "subscriptions", "list")
@@ -147,10 +171,44 @@ def test_subscriptions_add_list_remove(lite: tuple[Backend, alkstore.Store]) -> 
     assert [s.queue for s in migrated.subscriptions()] == ["all"]
 
 
+def test_subscriptions_add_with_replace_and_debounce(lite: tuple[Backend, alkstore.Store]) -> None:
+    """The keyed options of `subscribe` (docs/adr/0022) from the command line; re-adding
+    without one turns it off, as `subscribe` does."""
+    backend, store = lite
+    for queue, flags in (
+        ("latest", ["--replace-by-key"]),
+        ("quiet", ["--debounce-by-key", "30"]),
+        ("first", ["--dedupe-by-key"]),
+    ):
+        out = run(backend, "subscriptions", "add", queue, "test.*", *flags)
+        assert out.returncode == 0, out.stderr
+    with store.transaction() as tx:
+        for n in (1, 2):
+            tx.append(OrderPlaced(order_id=n), key="order-1")
+    store.relay_batch()
+    latest, quiet, first = (store.queue(q).jobs() for q in ("latest", "quiet", "first"))
+    assert [(j.raw_payload["order_id"], j.state) for j in latest] == [(2, "ready")]
+    assert [(j.raw_payload["order_id"], j.state) for j in quiet] == [(2, "scheduled")]
+    assert [(j.raw_payload["order_id"], j.state) for j in first] == [(1, "ready")]
+    assert run(backend, "subscriptions", "add", "latest", "test.*").returncode == 0
+    with store.transaction() as tx:
+        tx.append(OrderPlaced(order_id=3), key="order-1")
+    store.relay_batch()
+    assert len(store.queue("latest").jobs()) == 2
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["subscriptions", "remove", "nope"], "alkstore: no subscription for queue 'nope'"),
+        (
+            ["subscriptions", "add", "q", "*", "--replace-by-key", "--dedupe-by-key"],
+            "alkstore: argument --dedupe-by-key: not allowed with argument --replace-by-key",
+        ),
+        (
+            ["subscriptions", "add", "q", "*", "--debounce-by-key", "-1"],
+            "alkstore: debounce_by_key must be >= 0",
+        ),
         (
             ["subscriptions", "add", "q"],
             'alkstore: subscriptions add needs event patterns, e.g. "order.*"',

@@ -159,6 +159,10 @@ def test_an_existing_sink_is_updated_and_keeps_its_checkpoint(tmp_path: Path) ->
         (["remove", "feed", "--sink", "nats://h"], "alkstore: --sink and the sink options go"),
         (["add", "feed", "--sink", "nats://h"], "alkstore: subscriptions add needs event"),
         (["add", "queue", "a.*", "--sink", "nats://h"], "alkstore: 'queue' is a queue"),
+        (
+            ["add", "feed", "a.*", "--sink", "nats://h", "--replace-by-key"],
+            "alkstore: --dedupe/--replace/--debounce-by-key are a queue's, not a sink's",
+        ),
     ],
 )
 def test_sink_mistakes_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:

@@ -166,3 +166,28 @@ def test_counts_go_live_and_a_dead_letter_is_requeued_with_the_token(
     assert browser.find_elements(By.PARTIAL_LINK_TEXT, str(job.id)) == []
     assert mail.count_dead() == 0 and mail.info().ready == 8
     _shot(browser, backend, "4-requeued")
+
+    # Throughput (ADR 0023, addendum): a worker's row reports jobs done; the queues
+    # page's "done (1 min)" cell fills in without a reload.
+    browser.get(base + "/queues")
+    done_cell = '//tr[td/a[text()="mail"]]/td[7]'
+    assert browser.find_element(By.XPATH, done_cell).text == ""  # no worker reports
+    browser.execute_script("window.notReloaded = true")
+    done = {"n": 0}
+    presence = store.worker_presence(
+        ["mail"], 1, lambda: {"mail": {"done": done["n"], "retried": 0, "dead": 0}}
+    )
+    renewal = store.renewal()
+    try:
+        time.sleep(1.0)
+        done["n"] = 120
+        renewal.beat(presence)
+        _until(
+            lambda: browser.find_element(By.XPATH, done_cell).text.endswith("/s"),
+            "the done rate of mail",
+        )
+        assert browser.execute_script("return window.notReloaded") is True
+        _shot(browser, backend, "5-throughput")
+    finally:
+        renewal.close()
+        presence.leave()

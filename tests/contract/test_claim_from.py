@@ -60,3 +60,22 @@ def test_a_paused_queue_gives_nothing_from_a_cursor(backend: Any) -> None:
         assert claim_from(q, clock, cursor) == []
         q.resume()
         assert [job_id for _, _, job_id in claim_from(q, clock, cursor)] == ids[1:]
+
+
+def test_the_top_claim_takes_the_top_levels_ready_jobs_alone(backend: Any) -> None:
+    """`claim_top` (alkstore/_cursor.py `Claims`): the ready jobs of the queue's highest
+    priority, in claim order; none of a lower level, none delayed, none while paused."""
+    clock = Clock(START)
+    with backend.migrated(clock=clock) as store:
+        q = store.queue("q")
+        high = [q.enqueue(i, priority=5) for i in range(3)]
+        q.enqueue("delayed", priority=5, delay=60)
+        q.enqueue("lower", priority=1)
+        clock.advance(1)
+        params = {"queue": "q", "now": clock.ms, "lease_ms": 30_000, "n": 10, "go": 1}
+        q.pause()
+        assert q._engine.run("claim_top", params) == []
+        q.resume()
+        rows = q._engine.run("claim_top", params)
+        assert sorted(row[0] for row in rows) == high
+        assert q._engine.run("claim_top", params) == []  # leased: nothing more

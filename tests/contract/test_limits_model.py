@@ -31,6 +31,7 @@ from hypothesis.stateful import (
 )
 
 import alkstore
+from alkstore import _ordering
 from tests.conftest import Backend
 
 START_MS = 1_700_000_000_000
@@ -110,6 +111,11 @@ class Model:
             return []
         per_key = Counter(j.key for j in running)
         ready = sorted((j for j in self.jobs.values() if j.due <= now), key=lambda j: (j.due, j.id))
+        if self.key_limit is not None or self.key_rate is not None:
+            # the claim's candidates: the first `scan` ready jobs of keys not at their
+            # limit already (docs/adr/0021, addendum; tests/contract/test_key_limits.py)
+            ready = [j for j in ready if j.key is None or not self.at_limit(j.key, per_key, now)]
+            ready = ready[: max(n, min(_ordering.KEY_SCAN, 8 * n))]
         picked = []
         ranked: Counter[str | None] = Counter()
         for job in ready:
@@ -123,6 +129,12 @@ class Model:
                     continue
             picked.append(job)
         return picked[:take]
+
+    def at_limit(self, key: str, per_key: Counter[str | None], now: int) -> bool:
+        if self.key_limit is not None and per_key[key] >= self.key_limit:
+            return True
+        used = self.used(self.key_windows.get(key), now)
+        return self.key_rate is not None and used > self.key_rate - 1
 
     def counted(self, now: int, jobs: list[Job]) -> None:
         if self.rate is not None and jobs:

@@ -171,3 +171,17 @@ def test_the_commit_wakes_a_listener_of_a_store_in_this_process(
     started = time.monotonic()
     assert listener.wait(5.0), "no wake within 5 s of the commit"
     assert time.monotonic() - started < 1.0  # a generous bound the re-poll alone would miss
+
+
+def test_without_a_namespace_the_environments_is_used_as_connect_uses_it(
+    store: alkstore.Store, backend: Backend, conn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`alkstore.connect()` takes $ALKSTORE_NAMESPACE when no namespace is given; so do
+    `alkstore.enqueue` and `alkstore.append` on the application's connection, or a
+    process configured by the environment would write where its relay never reads."""
+    monkeypatch.setenv("ALKSTORE_NAMESPACE", backend.namespace)
+    with block(conn):
+        job_id = alkstore.enqueue(conn, "email", {"order": 2})
+        alkstore.append(conn, OrderPlaced(order_id=2), key="o2")
+    assert waiting(store, "email") == [(job_id, {"order": 2})]
+    assert [(e.key, e.type) for e in store.log.read()] == [("o2", "test.order_placed")]

@@ -124,3 +124,33 @@ def test_relay_seeks_the_batch_range_of_a_large_log(
     # and the relay covers exactly the events behind, on the large log
     assert store.relay_batch() == (BEHIND, BEHIND)
     assert store.relay_batch() == (0, 0)
+
+
+def test_replacing_subscriptions_seek_the_batch_range_too(
+    store: alkstore.Store, backend: Backend
+) -> None:
+    """replace_by_key's statements (fanout.sql) read the same bounded range of the log,
+    and find the batch's keys' jobs through the dedupe index, not by reading the queue."""
+    _subscribed_behind(store, backend)
+    store.subscribe("plan", ["plan.*"], replace_by_key=True)
+    low, high = LOG - BEHIND, LOG
+    params: dict[str, Any] = {"low": low, "high": high, "now": 0, "queues": '["plan"]'}
+    if backend.name == "sqlite":
+        seek = r"SEARCH e USING INTEGER PRIMARY KEY \(rowid>\? AND rowid<\?\)"
+        for name in ("relay_replace", "relay_release"):
+            plan = _sqlite_plan(backend, name, params)
+            assert re.search(seek, plan), (name, plan)
+        release = _sqlite_plan(backend, "relay_release", params)
+        assert f"SEARCH j USING INDEX {backend.namespace}__jobs_dedupe" in release, release
+    else:
+        queries = _sql.queries("alkstore.postgres", backend.namespace)
+        with psycopg.connect(backend.url, autocommit=True) as pg:
+            with pg.transaction():
+                pg.execute("SET LOCAL jit = off")  # as relay_bounds leaves the batch's
+                for name in ("relay_replace", "relay_release"):
+                    row = pg.execute("EXPLAIN (FORMAT JSON) " + queries[name], params)
+                    explained = row.fetchone()
+                    assert explained is not None
+                    _check_bounded(explained[0][0], low)
+    assert store.relay_batch() == (BEHIND, BEHIND)  # no keys: one job per event
+    assert store.relay_batch() == (0, 0)

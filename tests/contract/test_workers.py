@@ -111,3 +111,63 @@ def test_a_killed_worker_is_dead_then_forgotten_by_the_sweep(
         with backend.migrated(clock=lambda: later + _workers.FORGET_AFTER + 1) as much_later:
             assert much_later.sweep().workers == 1
         assert store.workers() == []
+
+
+def test_a_presence_writes_its_counts_at_each_refresh(backend: Backend) -> None:
+    """What a worker has done rides on its row's refresh (docs/adr/0023, addendum): the
+    counts given are written with last_seen; a row written without counts has None."""
+    clock = Clock()
+    done = {"n": 0}
+    with backend.migrated(clock=clock) as store:
+        counted = store.worker_presence(["mail"], 2, lambda: {"mail": {"done": done["n"]}})
+        plain = store.worker_presence(["audit"], 1)
+        rows = {w.id: w for w in store.workers()}
+        assert rows[counted.id].counts == {"mail": {"done": 0}}
+        assert rows[plain.id].counts is None
+        done["n"] = 41
+        clock.advance(10)
+        renewal = store.renewal()
+        try:
+            renewal.beat(counted)
+        finally:
+            renewal.close()
+        row = next(w for w in store.workers() if w.id == counted.id)
+        assert row.counts == {"mail": {"done": 41}} and row.last_seen.timestamp() == clock.now
+        counted.leave()
+        plain.leave()
+
+
+def test_the_row_counts_what_the_worker_did_per_queue(
+    store: alkstore.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_workers, "HEARTBEAT", 0.05)
+    worker = relay.Worker(store, concurrency=4, poll=0.2)
+    worker.handler("ok", concurrency=2)(lambda job: None)
+
+    @worker.handler("bad", concurrency=2)
+    def bad(job: alkstore.Job[Any]) -> None:
+        if job.payload["how"] == "fail":
+            raise relay.Fail("no")
+        raise relay.Retry(0, "again")
+
+    store.queue("ok").enqueue_many([{"n": n} for n in range(5)])
+    bad_q = store.queue("bad")
+    bad_q.enqueue_many([{"how": "retry"}, {"how": "retry"}], max_attempts=2)
+    bad_q.enqueue({"how": "fail"}, max_attempts=2)
+    expected = {
+        "bad": {"done": 0, "retried": 2, "dead": 3},  # two retried once, then dead; one failed
+        "ok": {"done": 5, "retried": 0, "dead": 0},
+    }
+    with running(worker):
+        wait_for(
+            lambda: [w.counts for w in store.workers()] == [expected],
+            f"the row's counts to be {expected}",
+        )
+    assert bad_q.stats().dead == 3
+    store.queue("ok").enqueue({"n": 5})
+    with running(worker):  # another run, another row: counts from its own start
+        again = {
+            "bad": {"done": 0, "retried": 0, "dead": 0},
+            "ok": {"done": 1, "retried": 0, "dead": 0},
+        }
+        wait_for(lambda: [w.counts for w in store.workers()] == [again], "the second run's counts")

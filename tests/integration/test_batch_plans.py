@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from alkstore import _sql
+from alkstore import _leases, _sql
 from tests.conftest import Backend
 
 
@@ -44,8 +44,9 @@ def test_batches_look_leased_jobs_up_by_id(pg_backend: Backend, name: str) -> No
             pg.execute(f"VACUUM ANALYZE {ns}.jobs")  # nothing leased: jobs_leases "empty"
             q.enqueue_many(list(range(2_000)))
             jobs = q.claim_many(2_000, start=1_000)
-            pairs = [[j.id, j.lease_token] for j in jobs[:100]]
-            params = {"pairs": json.dumps(pairs), "now": None}
+            held = jobs[:100]
+            params: dict[str, Any] = {"now": None}
+            params.update(_leases.batch_of("postgres", held))
             params["leases"] = json.dumps([[j.id, j.lease_token, 30_000] for j in jobs[:100]])
             sql = _sql.queries("alkstore.postgres", ns)[name]
             with pg.transaction(force_rollback=True):

@@ -2,19 +2,20 @@
 -- (docs/adr/0018-live-workers-status-retention.md). {ns}: the schema; times: epoch ms.
 
 -- name: worker_seen
--- A worker announces itself and refreshes its row; a row the sweep aged out while the
+-- A worker announces itself and refreshes its row, with what it has done since it started
+-- (counts, JSON or NULL; docs/adr/0023 addendum); a row the sweep aged out while the
 -- worker could not reach the database comes back with its first start time.
-INSERT INTO {ns}.workers (id, host, pid, queues, concurrency, started_at, last_seen)
+INSERT INTO {ns}.workers (id, host, pid, queues, concurrency, started_at, last_seen, counts)
 VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s,
-        coalesce(%(started_at)s::bigint, {now}), {now})
-ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen
+        coalesce(%(started_at)s::bigint, {now}), {now}, %(counts)s::jsonb)
+ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen, counts = excluded.counts
 RETURNING started_at
 
 -- name: worker_leave
 DELETE FROM {ns}.workers WHERE id = %(id)s
 
 -- name: workers_list
-SELECT id, host, pid, queues::text, concurrency, started_at, last_seen, {now}
+SELECT id, host, pid, queues::text, concurrency, started_at, last_seen, {now}, counts::text
 FROM {ns}.workers ORDER BY started_at, id COLLATE "C"
 
 -- name: sweep_workers

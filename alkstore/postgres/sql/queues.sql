@@ -107,6 +107,21 @@ WITH RECURSIVE levels (priority, n) AS (
 )
 {claim_update}
 
+-- name: claim_top
+-- The claim of the queue's top priority level alone: `claim` without its level probes
+-- and walk, for a claimer whose last claim was filled there (alkstore/_cursor.py). Its
+-- plan starts in a fraction of `claim`'s time, paid per claim. When it comes back short,
+-- Queue.claim_many runs `claim` for the rest, so no ready job of a lower level waits.
+WITH next AS (
+    SELECT j.id FROM {ns}.jobs AS j
+    WHERE j.queue = (SELECT %(queue)s::text) AND j.priority = {top_priority}
+      AND {claim_ready}
+    ORDER BY j.visible_at, j.id
+    LIMIT (SELECT %(n)s::int)
+    FOR UPDATE SKIP LOCKED
+)
+{claim_update}
+
 -- name: claim_ready_fragment
 -- A job of the claim's range (`j`) may be claimed: due, attempts left, not expired, and
 -- not leased unless its lease lapsed (ADR 0012).
@@ -209,22 +224,21 @@ WHERE l.priority IS NOT NULL
 
 -- name: start_many
 -- Prefetched jobs whose handlers started: their attempt counts now. ({by_ids}: how batch
--- statements find their jobs.)
+-- statements find their jobs; `ids` and `tokens` are bigint[] literals, alkstore/_leases.py.)
 UPDATE {ns}.jobs AS j SET attempts = j.attempts + 1, started = true
-FROM (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token
-      FROM jsonb_array_elements(%(pairs)s::jsonb) AS e) AS s
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS s (id, token)
 WHERE {by_ids} AND j.id = s.id AND j.lease_token IS NOT DISTINCT FROM s.token AND NOT j.started
 RETURNING j.id
 
 -- name: by_ids_fragment
--- The jobs of a batch statement, found by id. The pairs' token is compared with IS NOT
+-- The jobs of a batch statement, found by id. The token is compared with IS NOT
 -- DISTINCT FROM (it is never NULL), not `=`: `lease_token = token` implies the predicate of
 -- the partial index jobs_leases, and after a vacuum that saw nothing leased its statistics
 -- say it is empty; the planner then read that whole index (every leased job's entry, and
 -- every dead one an old snapshot keeps) and hashed it: an ack of 100 jobs took 16-22 ms
 -- instead of 0.4 under bench/bloat.py. With the ids as an array the jobs are looked up by
 -- id, or read whole when the table is small (tests/integration/test_batch_plans.py).
-j.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM jsonb_array_elements(%(pairs)s::jsonb) AS e))
+j.id = ANY(%(ids)s::bigint[])
 
 -- name: renew_many
 -- Renew every lease a worker holds in one statement: [[id, token, lease_ms], ...]. The
@@ -242,8 +256,7 @@ DELETE FROM {ns}.jobs WHERE id = %(id)s AND lease_token = %(token)s RETURNING id
 
 -- name: ack_many
 DELETE FROM {ns}.jobs AS j
-USING (SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token
-       FROM jsonb_array_elements(%(pairs)s::jsonb) AS e) AS a
+USING unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS a (id, token)
 WHERE {by_ids} AND j.id = a.id AND j.lease_token IS NOT DISTINCT FROM a.token
 RETURNING j.id
 
@@ -438,7 +451,8 @@ SELECT {now},
        coalesce((SELECT max_attempts FROM {ns}.queues WHERE name = %(queue)s), {default_max_attempts}),
        (SELECT coalesce(jsonb_agg(dedupe_key), '[]')::text FROM {ns}.jobs
         WHERE queue = %(queue)s
-          AND dedupe_key IN (SELECT jsonb_array_elements_text(%(keys)s::jsonb)))
+          AND dedupe_key IN (SELECT jsonb_array_elements_text(%(keys)s::jsonb))),
+       coalesce((SELECT ordered FROM {ns}.queues WHERE name = %(queue)s), false)
 
 -- name: bulk_id_before
 -- The sequence before a bulk COPY: the COPY's rows take ids above it, in input order.
@@ -461,6 +475,12 @@ ORDER BY id
 -- back and runs again (_bulk.py).
 COPY {ns}.jobs (queue, enqueued_at, priority, visible_at, expires_at, max_attempts,
                 backoff, dedupe_key, type, headers, payload) FROM STDIN
+
+-- name: bulk_insert_grouped
+-- bulk_insert for a batch with groups (docs/adr/0021): each job's key and ordering key
+-- (grp: the group, in an ordered queue); the hold trigger runs for each row of the COPY.
+COPY {ns}.jobs (queue, enqueued_at, priority, visible_at, expires_at, max_attempts,
+                backoff, dedupe_key, type, headers, payload, key, grp) FROM STDIN
 
 
 -- name: park

@@ -4,13 +4,13 @@
 -- A new subscription records the positions it asked for that retention had pruned (the
 -- gap, docs/adr/0020); an existing one keeps its checkpoint and gap.
 INSERT INTO {ns}.subscriptions (queue, events, patterns, checkpoint, updated_at,
-                                gap_first, gap_last, dedupe)
+                                gap_first, gap_last, dedupe, replace_ms)
 VALUES (%(queue)s, %(events)s::jsonb,
         ARRAY(SELECT jsonb_array_elements_text(%(patterns)s::jsonb)), %(checkpoint)s, {now},
-        %(gap_first)s, %(gap_last)s, %(dedupe)s)
+        %(gap_first)s, %(gap_last)s, %(dedupe)s, %(replace_ms)s)
 ON CONFLICT (queue) DO UPDATE SET
     events = excluded.events, patterns = excluded.patterns, updated_at = excluded.updated_at,
-    dedupe = excluded.dedupe
+    dedupe = excluded.dedupe, replace_ms = excluded.replace_ms
 WHERE {ns}.subscriptions.sink IS NULL  -- a sink's name is not a queue's (docs/adr/0026)
 RETURNING checkpoint, gap_first, gap_last
 
@@ -49,15 +49,18 @@ SELECT count(*) FROM {ns}.events WHERE position > %(low)s AND position <= %(high
 -- SET LOCAL: never left behind on the pooled session). The batch's statements are
 -- small; compiling one cost 144 ms against 0.12 ms of execution (docs/adr/0011).
 -- Queue subscriptions only: the relay's sink loop feeds the others (docs/adr/0026).
+-- The last column: those that replace by key (fanout.sql: relay_insert leaves them to
+-- relay_replace, docs/adr/0022).
 WITH subs AS (
-    SELECT queue, checkpoint FROM {ns}.subscriptions WHERE sink IS NULL
+    SELECT queue, checkpoint, replace_ms FROM {ns}.subscriptions WHERE sink IS NULL
     ORDER BY queue FOR UPDATE
 ), low AS (SELECT min(checkpoint) AS low FROM subs)
 SELECT low.low, coalesce((
     SELECT max(position) FROM (
         SELECT position FROM {ns}.events
         WHERE position > low.low ORDER BY position LIMIT %(batch)s) AS b), low.low),
-    (SELECT coalesce(jsonb_agg(queue), '[]')::text FROM subs)
+    (SELECT coalesce(jsonb_agg(queue), '[]')::text FROM subs),
+    (SELECT coalesce(jsonb_agg(queue), '[]')::text FROM subs WHERE replace_ms IS NOT NULL)
 FROM low, (SELECT set_config('jit', 'off', true)) AS no_jit
 
 -- name: relay_insert

@@ -2,18 +2,19 @@
 -- (docs/adr/0018-live-workers-status-retention.md). {ns}: the table prefix; times: epoch ms.
 
 -- name: worker_seen
--- A worker announces itself and refreshes its row; a row the sweep aged out while the
+-- A worker announces itself and refreshes its row, with what it has done since it started
+-- (counts, JSON or NULL; docs/adr/0023 addendum); a row the sweep aged out while the
 -- worker could not reach the database comes back with its first start time.
-INSERT INTO {ns}__workers (id, host, pid, queues, concurrency, started_at, last_seen)
-VALUES (:id, :host, :pid, :queues, :concurrency, coalesce(:started_at, {now}), {now})
-ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen
+INSERT INTO {ns}__workers (id, host, pid, queues, concurrency, started_at, last_seen, counts)
+VALUES (:id, :host, :pid, :queues, :concurrency, coalesce(:started_at, {now}), {now}, :counts)
+ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen, counts = excluded.counts
 RETURNING started_at
 
 -- name: worker_leave
 DELETE FROM {ns}__workers WHERE id = :id
 
 -- name: workers_list
-SELECT id, host, pid, queues, concurrency, started_at, last_seen, {now}
+SELECT id, host, pid, queues, concurrency, started_at, last_seen, {now}, counts
 FROM {ns}__workers ORDER BY started_at, id
 
 -- name: sweep_workers

@@ -102,6 +102,23 @@ WHERE id IN (
 RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lease_token, lease_ms,
           enqueued_at, type, key, position, headers, payload, progress, started
 
+-- name: claim_top
+-- The claim of the top priority level's range alone (the first arm of `claim`), for a
+-- claimer whose last claim was filled there (alkstore/_cursor.py). SQLite's queues never
+-- use it (its `claim` probes no other level when the top one fills it); it is here so
+-- that both engines run the same statements, and tests/contract/test_claim_from.py holds
+-- both to it.
+{claim_update}
+WHERE id IN (
+    SELECT j.id FROM {ns}__jobs AS j
+    WHERE j.queue = :queue AND j.priority = {top_priority} AND j.visible_at <= {now}
+      AND j.attempts < j.max_attempts
+      AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > {now})
+    LIMIT :n
+)
+RETURNING id, queue, priority, claimed_for, attempts, max_attempts, backoff, lease_token, lease_ms,
+          enqueued_at, type, key, position, headers, payload, progress, started
+
 -- name: claim_from
 -- The claim from a cursor (docs/adr/0027): `from` is [[priority, visible_at, id], ...],
 -- highest priority first; each level's range of the claim index starts after that entry.
@@ -367,12 +384,14 @@ FROM j
 
 -- name: bulk_start
 -- A bulk enqueue's first statement (docs/adr/0013): the time of the batch, the queue's
--- default max_attempts, and those of the given dedupe keys (a JSON array) that live
--- jobs hold (the keys are given only when an insert found one taken).
+-- default max_attempts, those of the given dedupe keys (a JSON array) that live
+-- jobs hold (the keys are given only when an insert found one taken), and whether the
+-- queue is ordered (a batch with groups: docs/adr/0021).
 SELECT {now},
        coalesce((SELECT max_attempts FROM {ns}__queues WHERE name = :queue), {default_max_attempts}),
        (SELECT json_group_array(dedupe_key) FROM {ns}__jobs
-        WHERE queue = :queue AND dedupe_key IN (SELECT value FROM json_each(:keys)))
+        WHERE queue = :queue AND dedupe_key IN (SELECT value FROM json_each(:keys))),
+       coalesce((SELECT ordered FROM {ns}__queues WHERE name = :queue), 0)
 
 -- name: bulk_insert
 -- One job of a bulk enqueue, run with executemany: absolute times (bulk_start's). A
@@ -381,6 +400,15 @@ SELECT {now},
 INSERT INTO {ns}__jobs (queue, enqueued_at, priority, visible_at, expires_at, max_attempts,
                         backoff, dedupe_key, type, headers, payload)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+RETURNING id
+
+-- name: bulk_insert_grouped
+-- bulk_insert for a batch with groups (docs/adr/0021): each job's key and ordering key
+-- (grp: the group, in an ordered queue), which the hold trigger orders behind the key's
+-- older jobs, rows of the batch included.
+INSERT INTO {ns}__jobs (queue, enqueued_at, priority, visible_at, expires_at, max_attempts,
+                        backoff, dedupe_key, type, headers, payload, key, grp)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
 RETURNING id
 
 
@@ -428,8 +456,9 @@ ORDER BY grp
 -- writer at a time (BEGIN IMMEDIATE), so the counts below are the truth when the jobs
 -- are leased. Running: the queue's live leases (the jobs_leases index: every lease in
 -- the database that has not run out, the queue's picked among them). The candidates:
--- the first :scan claimable jobs in claim order (the walk of the claim index); of
--- them, in claim order, those whose key is under :key_limit (and :key_rate) counting
+-- the first :scan claimable jobs in claim order (the walk of the claim index) whose key
+-- is not already at its limit (`at_limit`: else a hot key's waiting jobs fill the scan and
+-- hide every other key's, tests/contract/test_key_limits.py); of them, in claim order, those whose key is under :key_limit (and :key_rate) counting
 -- the ones before them, at most :n, what :limit leaves and what the rate window leaves. Then the rate
 -- window counts what was claimed (changes(): the rows of the UPDATE); with a :key_rate,
 -- count_key_starts counts each claimed key's in the same transaction (_ordering.py).
@@ -453,6 +482,10 @@ WHERE id IN (
                  UNION ALL
                  SELECT key, window_start, prev, cur FROM {ns}__key_rate_windows
                  WHERE queue = :queue AND :key_rate IS NOT NULL) AS w
+    ), at_limit AS MATERIALIZED (  -- keys at their limit: their jobs are not candidates
+        SELECT key FROM running WHERE key IS NOT NULL AND n >= :key_limit
+        UNION
+        SELECT key FROM used WHERE key IS NOT NULL AND n > :key_rate - 1
     ), cand AS (
         SELECT c.id, c.key, c.priority, c.visible_at,
                row_number() OVER (PARTITION BY c.key
@@ -462,6 +495,7 @@ WHERE id IN (
                 AND j.attempts < j.max_attempts
                 AND (j.expires_at IS NULL OR j.attempts > 0 OR j.expires_at > (SELECT now FROM t))
                 AND {queue_open}
+                AND (j.key IS NULL OR j.key NOT IN (SELECT key FROM at_limit))
               ORDER BY j.priority DESC, j.visible_at, j.id
               LIMIT :scan) AS c
     )

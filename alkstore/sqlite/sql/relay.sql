@@ -4,11 +4,12 @@
 -- A new subscription records the positions it asked for that retention had pruned (the
 -- gap, docs/adr/0020); an existing one keeps its checkpoint and gap.
 INSERT INTO {ns}__subscriptions (queue, events, patterns, checkpoint, updated_at,
-                                 gap_first, gap_last, dedupe)
-VALUES (:queue, :events, :patterns, :checkpoint, {now}, :gap_first, :gap_last, :dedupe)
+                                 gap_first, gap_last, dedupe, replace_ms)
+VALUES (:queue, :events, :patterns, :checkpoint, {now}, :gap_first, :gap_last, :dedupe,
+        :replace_ms)
 ON CONFLICT (queue) DO UPDATE SET
     events = excluded.events, patterns = excluded.patterns, updated_at = excluded.updated_at,
-    dedupe = excluded.dedupe
+    dedupe = excluded.dedupe, replace_ms = excluded.replace_ms
 WHERE sink IS NULL  -- a sink's name is not a queue's (docs/adr/0026): no row, refused
 RETURNING checkpoint, gap_first, gap_last
 
@@ -38,14 +39,17 @@ SELECT count(*) FROM {ns}__events WHERE position > :low AND position <= :high
 
 -- name: relay_bounds
 -- Names the subscriptions the batch covers (SQLite's single writer already keeps
--- them from changing until the batch commits).
+-- them from changing until the batch commits), and those of them that replace by key
+-- (fanout.sql: relay_insert leaves them to relay_replace, docs/adr/0022).
 -- Queue subscriptions only: the relay's sink loop feeds the others (docs/adr/0026).
 WITH low AS (SELECT min(checkpoint) AS low FROM {ns}__subscriptions WHERE sink IS NULL)
 SELECT low.low, coalesce((
     SELECT max(position) FROM (
         SELECT position FROM {ns}__events
         WHERE position > low.low ORDER BY position LIMIT :batch)), low.low),
-    (SELECT json_group_array(queue) FROM {ns}__subscriptions WHERE sink IS NULL)
+    (SELECT json_group_array(queue) FROM {ns}__subscriptions WHERE sink IS NULL),
+    (SELECT json_group_array(queue) FROM {ns}__subscriptions
+     WHERE sink IS NULL AND replace_ms IS NOT NULL)
 FROM low
 
 -- name: relay_insert
