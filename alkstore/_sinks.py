@@ -197,19 +197,24 @@ def batch(
         if high <= low:
             return SinkBatch(name, low, low, [])
         params = {"low": low, "high": high, "events": patterns}
-        found = [
-            SinkEvent(
-                int(position),
-                type_,
-                key,
-                decode_headers(headers),
-                payload.encode() if isinstance(payload, str) else bytes(payload),
-                _jobs.from_ms(at) if isinstance(at, int) else at,
+        found = []
+        raw: object = None  # events of one transaction share their time: one datetime
+        when = _jobs.from_ms(0)
+        for position, type_, key, headers, payload, at in engine.run_in(
+            conn, "sink_events", params
+        ):
+            if at != raw:
+                raw, when = at, _jobs.from_ms(at) if isinstance(at, int) else at
+            found.append(
+                SinkEvent(
+                    int(position),
+                    type_,
+                    key,
+                    decode_headers(headers),
+                    payload.encode() if isinstance(payload, str) else bytes(payload),
+                    when,
+                )
             )
-            for position, type_, key, headers, payload, at in engine.run_in(
-                conn, "sink_events", params
-            )
-        ]
     return SinkBatch(name, low, high, found)
 
 

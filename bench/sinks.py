@@ -21,11 +21,14 @@ On each engine and broker, in one run:
    plain client publishing exactly what that step published; the first slice (both
    connect) is not counted. events/s = events / summed time per side; each repetition
    uses fresh destinations. Target: relay / plain >= 0.8 (median of the repetitions).
+   Also printed: CPU µs per event on each side (the process' CPU time over the same
+   slices, both of the relay's threads), which a loaded machine disturbs far less than
+   the rates: it tells the relay's own work from waiting.
 2. latency: a relay runs as its own process (`python -m relay.cli relay`, as in
-   production); `--samples` events `--interval` s apart, each appended in its own
-   transaction. The time starts when the commit returned and ends when a consumer of the
-   destination in this process received it (Redis: XREAD BLOCK; NATS: an ordered
-   JetStream push consumer; RabbitMQ: basic.consume). p50 and p99.
+   production); `--samples` events (0: none, no latency run) `--interval` s apart, each
+   appended in its own transaction. The time starts when the commit returned and ends
+   when a consumer of the destination in this process received it (Redis: XREAD BLOCK;
+   NATS: an ordered JetStream push consumer; RabbitMQ: basic.consume). p50 and p99.
 
 SQLite runs on a file in a temp directory, PostgreSQL on a throwaway database
 (bench/_common.py). Every destination is created by the benchmark and deleted after.
@@ -206,8 +209,9 @@ class Plain:
 
 def paired_rep(
     store: alkstore.Store, kind: str, messages: dict[int, Message], batch: int
-) -> tuple[float, float]:
-    """One repetition: (relay events/s, plain events/s), in alternating slices. A slice
+) -> tuple[float, float, float, float]:
+    """One repetition: (relay events/s, plain events/s, relay CPU µs per event, plain CPU
+    µs per event: the process' CPU time, both threads), in alternating slices. A slice
     is one `SinkLoop.step()` (up to 8 batches read ahead), then the plain client
     publishing exactly the messages that step published into a destination of its own.
     The first slice (both connect) is not counted."""
@@ -221,21 +225,25 @@ def paired_rep(
         loop = SinkLoop(store, lease, batch=batch)
         plain = Plain(theirs, batch)
         head, done, counted = store.log.head(), 0, 0
-        relay_time = plain_time = 0.0
+        relay_time = plain_time = relay_cpu = plain_cpu = 0.0
         first = True
         while done < head:
-            started = time.perf_counter()
+            cpu, started = time.process_time(), time.perf_counter()
             loop.step()
             relayed = time.perf_counter() - started
+            relayed_cpu = time.process_time() - cpu
             assert loop.retries == 0, "a publish failed"
             reached = store.sink_subscriptions()[0].checkpoint
             chunk = [messages[p] for p in range(done + 1, reached + 1) if p in messages]
-            started = time.perf_counter()
+            cpu, started = time.process_time(), time.perf_counter()
             plain.publish(chunk)
             published = time.perf_counter() - started
+            published_cpu = time.process_time() - cpu
             if not first:
                 relay_time += relayed
                 plain_time += published
+                relay_cpu += relayed_cpu
+                plain_cpu += published_cpu
                 counted += len(chunk)
             first, done = False, reached
         loop.close()
@@ -247,7 +255,8 @@ def paired_rep(
             assert got == len(messages), f"{kind}: {got} of {len(messages)} arrived"
         if not counted:
             raise SystemExit("--events must exceed 8 x --batch: the first slice is not counted")
-        return counted / relay_time, counted / plain_time
+        per = 1e6 / counted
+        return counted / relay_time, counted / plain_time, relay_cpu * per, plain_cpu * per
     finally:
         asyncio.run(ours.delete())
         asyncio.run(theirs.delete())
@@ -255,17 +264,21 @@ def paired_rep(
 
 def throughput(store: alkstore.Store, kind: str, args: argparse.Namespace) -> dict[str, Any]:
     messages = {e.position: envelope(store.namespace, e) for e in _events(store)}
-    relay_rates, plain_rates = [], []
+    relay_rates, plain_rates, relay_cpu, plain_cpu = [], [], [], []
     for _ in range(args.reps):
-        ours, theirs = paired_rep(store, kind, messages, args.batch)
+        ours, theirs, ours_cpu, theirs_cpu = paired_rep(store, kind, messages, args.batch)
         relay_rates.append(ours)
         plain_rates.append(theirs)
+        relay_cpu.append(ours_cpu)
+        plain_cpu.append(theirs_cpu)
     ratios = [r / p for r, p in zip(relay_rates, plain_rates, strict=True)]
     return {
         "relay_events_per_s": statistics.median(relay_rates),
         "plain_events_per_s": statistics.median(plain_rates),
         "ratio": statistics.median(ratios),
         "ratios": ratios,
+        "relay_cpu_us": statistics.median(relay_cpu),
+        "plain_cpu_us": statistics.median(plain_cpu),
     }
 
 
@@ -416,13 +429,18 @@ def main(argv: list[str] | None = None) -> int:
                         )
                 for kind in args.brokers.split(","):
                     row = throughput(store, kind, args)
-                    row.update(latency(backend, kind, args, workdir))
+                    seen = "commit->visible: not measured (--samples 0)"
+                    if args.samples > 0:
+                        row.update(latency(backend, kind, args, workdir))
+                        seen = (
+                            f"commit->visible p50 {row['p50_ms']:.2f} ms p99 {row['p99_ms']:.2f} ms"
+                        )
                     results[f"{engine}/{kind}"] = row
                     print(
                         f"{engine:8} {kind:8} relay {row['relay_events_per_s']:9,.0f} ev/s  "
                         f"plain {row['plain_events_per_s']:9,.0f} ev/s  ratio {row['ratio']:.2f} "
-                        f"({', '.join(f'{r:.2f}' for r in row['ratios'])})  "
-                        f"commit->visible p50 {row['p50_ms']:.2f} ms p99 {row['p99_ms']:.2f} ms",
+                        f"({', '.join(f'{r:.2f}' for r in row['ratios'])})  CPU/event "
+                        f"{row['relay_cpu_us']:.1f} / {row['plain_cpu_us']:.1f} µs  {seen}",
                         flush=True,
                     )
         finally:

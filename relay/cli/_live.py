@@ -1,4 +1,5 @@
-"""What runs and what it holds: `status`, `workers`, `subscriptions list|add|remove`, and
+"""What runs and what it holds: `status`, `workers`, `subscriptions list|add|remove|resume`
+(`add --sink URL`: a broker sink, `_sinks`), and
 the retention flags of `relay` and `worker` (docs/adr/0018-live-workers-status-retention.md).
 
 The store gathers the data (`store.status()`, `store.workers()`, ...); this module
@@ -17,6 +18,7 @@ from typing import Any
 import msgspec
 
 import alkstore
+from relay.cli import _sinks
 from relay.cli._commands import UsageError
 
 _json = msgspec.json.Encoder()
@@ -63,11 +65,19 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     subs = commands.add_parser(
         "subscriptions",
         parents=[common, as_json],
-        help="list, add or remove subscriptions; resume a parked broker sink",
+        help="list, add or remove subscriptions (to a queue or, --sink URL, a broker); "
+        "resume a parked broker sink",
     )
     subs.add_argument("action", choices=["list", "add", "remove", "resume"])
-    subs.add_argument("queue", nargs="?", help="add, remove: the subscribed queue")
-    subs.add_argument("events", nargs="*", help='add: event type patterns, e.g. "order.*"')
+    subs.add_argument(
+        "queue",
+        nargs="?",
+        metavar="NAME",
+        help="add, remove: the subscribed queue, or the sink subscription's name",
+    )
+    subs.add_argument(
+        "events", nargs="*", metavar="PATTERN", help='add: event type patterns, e.g. "order.*"'
+    )
     subs.add_argument(
         "--start",
         default="now",
@@ -84,6 +94,7 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="add: replaces the waiting job, due SECONDS later (docs/adr/0022)",
     )
+    _sinks.add_flags(subs)
     policy = alkstore.Retention()
     assert policy.log is not None and policy.dead_letters is not None
     for name in ("relay", "worker"):
@@ -250,7 +261,9 @@ def workers(store: alkstore.Store, args: argparse.Namespace) -> int:
 def subscriptions(store: alkstore.Store, args: argparse.Namespace) -> int:
     action, queue = args.action, args.queue
     if action != "list" and not queue:
-        raise UsageError(f"subscriptions {action} needs a QUEUE")
+        raise UsageError(f"subscriptions {action} needs a QUEUE (or a sink's NAME)")
+    if action != "add" and (args.sink is not None or _sinks.options(args)):
+        raise UsageError("--sink and the sink options go with subscriptions add")
     if action == "list":
         if args.queue or args.events:
             raise UsageError("subscriptions list takes no QUEUE or patterns")
@@ -264,9 +277,10 @@ def subscriptions(store: alkstore.Store, args: argparse.Namespace) -> int:
             print(f"{sub.queue}\t{','.join(sub.events)}\tcheckpoint {sub.checkpoint}")
         for sink in [] if args.json else sinks:
             parked = "" if sink.parked is None else f"\tPARKED: {sink.parked}"
+            options = _sinks.describe(sink).rstrip()
             print(
                 f"{sink.name}\t{','.join(sink.events)}\tcheckpoint {sink.checkpoint}"
-                f"\t-> {sink.sink}{parked}"
+                f"\t-> {sink.sink}{parked}{chr(9) + options if options else ''}"
             )
     elif action == "add":
         if not args.events:
@@ -279,6 +293,12 @@ def subscriptions(store: alkstore.Store, args: argparse.Namespace) -> int:
                 raise UsageError(
                     f'--start must be "now", "beginning" or a position, got {start!r}'
                 ) from None
+        if args.sink is not None:
+            if args.dedupe_by_key or args.replace_by_key or args.debounce_by_key is not None:
+                raise UsageError("--dedupe/--replace/--debounce-by-key are a queue's, not a sink's")
+            _sinks.add(store, args, start)
+            return 0
+        _sinks.options(args)  # a sink option without --sink: refused
         existed = any(s.queue == queue for s in store.subscriptions())
         sub = store.subscribe(
             queue,
@@ -302,10 +322,14 @@ def subscriptions(store: alkstore.Store, args: argparse.Namespace) -> int:
         print(f"resumed {queue}: the relay publishes from its checkpoint on")
     else:
         if args.events:
-            raise UsageError("subscriptions remove takes one QUEUE")
+            raise UsageError("subscriptions remove takes one NAME")
+        is_sink = any(s.name == queue for s in store.sink_subscriptions())
         if not store.unsubscribe(queue):
             raise alkstore.InvalidArgument(f"no subscription for queue {queue!r}")
-        print(f"removed the subscription of {queue} (its jobs stay)")
+        if is_sink:
+            print(f"removed the sink subscription {queue} (what the broker holds stays)")
+        else:
+            print(f"removed the subscription of {queue} (its jobs stay)")
     return 0
 
 

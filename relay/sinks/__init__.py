@@ -4,15 +4,17 @@ RabbitMQ or Redis Streams (docs/adr/0026). Each broker's client is an optional e
 subscription needs it."""
 
 from relay.sinks._base import ENVELOPE, Message, Sink, SinkError, Template, envelope
-from relay.sinks._loop import SinkLoop, open_sink
+from relay.sinks._loop import ClientMissing, SinkLoop, knows, open_sink
 
 __all__ = [
     "ENVELOPE",
+    "ClientMissing",
     "Message",
     "Sink",
     "SinkError",
     "SinkLoop",
     "Template",
     "envelope",
+    "knows",
     "open_sink",
 ]

@@ -40,9 +40,18 @@ _CLIENTS = {  # scheme -> (module, class, extra)
 }
 
 
+class ClientMissing(_base.SinkError):
+    """The broker's client is not installed in this Python (a permanent SinkError)."""
+
+
+def knows(url: str) -> bool:
+    """Whether the URL's scheme names a broker this relay has a sink for."""
+    return url.split("://", 1)[0] in _CLIENTS and "://" in url
+
+
 def open_sink(sub: alkstore.SinkSubscription, namespace: str) -> _base.Sink:
     """The sink for a subscription (not connected). SinkError, permanent, if its client is
-    not installed or an option is wrong."""
+    not installed (ClientMissing) or an option is wrong."""
     scheme = sub.sink.split("://", 1)[0]
     if scheme not in _CLIENTS:
         raise _base.rejected(f"no sink for {scheme}:// in this relay", 0)
@@ -50,10 +59,9 @@ def open_sink(sub: alkstore.SinkSubscription, namespace: str) -> _base.Sink:
     try:
         found = getattr(__import__(module, fromlist=[cls]), cls)
     except ImportError as exc:
-        raise _base.rejected(
-            f"this relay cannot load the {scheme} client ({exc}): pip install 'alkstore[{extra}]'",
-            0,
-        ) from exc
+        text = f"this relay cannot load the {scheme} client ({exc})"
+        text += f": pip install 'alkstore[{extra}]'"
+        raise ClientMissing(text, confirmed=0, permanent=True) from exc
     sink: _base.Sink = found(sub.sink, sub.options, namespace, sub.name)
     return sink
 
@@ -114,11 +122,13 @@ class SinkLoop:
         return self._known
 
     def _step(self, sub: alkstore.SinkSubscription) -> bool:
-        """Up to READ_AHEAD batches of one subscription: the next batch is read (and its
-        messages built) while the broker confirms the one before; it is published only
-        once that one is confirmed and its checkpoint moved, so the order holds."""
+        """Up to READ_AHEAD batches of one subscription: the next batch is read and its
+        messages built while the broker confirms the one before (its client's loop
+        thread is then mostly waiting); it is published only once that one is
+        confirmed and its checkpoint moved, so the order holds."""
         started = time.monotonic()
         batch = self.feed.batch(self.lease, sub.name, self.batch)
+        messages = self._messages(batch)
         for _ in range(READ_AHEAD):
             if batch.high <= batch.low:
                 return False
@@ -130,8 +140,8 @@ class SinkLoop:
                     return False
                 started = time.monotonic()
                 batch = self.feed.batch(self.lease, sub.name, self.batch, after=batch.high)
+                messages = self._messages(batch)
                 continue
-            messages = [_base.envelope(self.namespace, event) for event in batch.events]
             try:
                 sink = self._sink(sub)
                 budget = self.budget - (time.monotonic() - started)
@@ -140,10 +150,9 @@ class SinkLoop:
                 sending = self._submit(sink.publish(messages, budget))
                 following = None
                 if full:  # read the next batch meanwhile (fenced like any read)
-                    following = (
-                        time.monotonic(),
-                        self.feed.batch(self.lease, sub.name, self.batch, after=batch.high),
-                    )
+                    read_at = time.monotonic()
+                    ahead = self.feed.batch(self.lease, sub.name, self.batch, after=batch.high)
+                    following = (read_at, ahead, self._messages(ahead))
                 dups = self._wait(sending, budget - (time.monotonic() - started) + 1.0)
             except _base.SinkError as exc:
                 self._failed(sub, batch, messages, exc)
@@ -162,8 +171,12 @@ class SinkLoop:
                 return True  # moved meanwhile (a replay): read again
             if following is None:
                 return False
-            started, batch = following
+            started, batch, messages = following
         return True
+
+    def _messages(self, batch: alkstore.SinkBatch) -> list[_base.Message]:
+        namespace = self.namespace
+        return [_base.envelope(namespace, event) for event in batch.events]
 
     def _failed(
         self,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import nats
@@ -69,12 +69,12 @@ class NatsSink(_base.Sink):
 
     async def publish(self, messages: Sequence[_base.Message], timeout: float) -> int:
         assert self._js is not None, "connect() first"
+        js, subject, stream = self._js, self.subject, self.stream
         acks: list[asyncio.Future[Any]] = []
         try:
             for m in messages:
-                headers = {**m.headers, "Nats-Msg-Id": m.id}
-                ack = await self._js.publish_async(
-                    self.subject(m), m.body, headers=headers, stream=self.stream
+                ack = await js.publish_async(
+                    subject(m), m.body, headers={**m.headers, "Nats-Msg-Id": m.id}, stream=stream
                 )
                 acks.append(ack)
         except nats.errors.MaxPayloadError as exc:
@@ -83,19 +83,10 @@ class NatsSink(_base.Sink):
         except (OSError, TimeoutError, nats.errors.Error) as exc:
             _cancel(acks)  # the ones before may be stored: republished, dropped as duplicates
             raise _base.unavailable(exc) from exc
-        if acks:
-            await asyncio.wait(acks, timeout=timeout)
-        dups = 0
-        for i, ack in enumerate(acks):
-            if not ack.done():
-                _cancel(acks)
-                raise _base.unavailable(TimeoutError(f"no acknowledgement in {timeout:.1f}s"), i)
-            failure = ack.exception()
-            if failure is not None:
-                _cancel(acks)
-                raise _classify(failure, i, self.subject(messages[i])) from failure
-            dups += bool(ack.result().duplicate)
-        return dups
+        except BaseException:
+            _cancel(acks)
+            raise
+        return await _confirmed(acks, timeout, lambda i: subject(messages[i]))
 
     async def close(self) -> None:
         nc, self._nc, self._js = self._nc, None, None
@@ -104,6 +95,31 @@ class NatsSink(_base.Sink):
                 await asyncio.wait_for(nc.close(), 2)
             except Exception:  # never raises: the connection is dropped either way
                 pass
+
+
+async def _confirmed(
+    acks: list[asyncio.Future[Any]], timeout: float, subject: Callable[[int], str]
+) -> int:
+    """Await the acknowledgements in publish order (no callback of ours per message:
+    a done one is just read): how many were duplicates, or SinkError with how many
+    leading ones were positive."""
+    dups, i = 0, 0
+    try:
+        async with asyncio.timeout(timeout):
+            for i, ack in enumerate(acks):  # noqa: B007 (i: where it stopped)
+                dups += bool((await ack).duplicate)
+    except TimeoutError as exc:
+        _cancel(acks)
+        if acks[i].done() and not acks[i].cancelled() and acks[i].exception() is exc:
+            raise _classify(exc, i, subject(i)) from exc  # the ack itself failed so
+        raise _base.unavailable(TimeoutError(f"no acknowledgement in {timeout:.1f}s"), i) from exc
+    except asyncio.CancelledError:
+        _cancel(acks)
+        raise
+    except Exception as exc:
+        _cancel(acks)
+        raise _classify(exc, i, subject(i)) from exc
+    return dups
 
 
 def _cancel(acks: list[asyncio.Future[Any]]) -> None:
