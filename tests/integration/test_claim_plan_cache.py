@@ -17,17 +17,28 @@ import pytest
 
 from tests.conftest import Backend
 
+# The full claim, and the top level's claim that follows a claim filled from one level
+# (alkstore/_cursor.py `Claims`): each must keep one generic plan.
+FULL = "statement LIKE 'WITH RECURSIVE levels%%'"
+TOP = "statement LIKE 'WITH next AS%%' AND statement NOT LIKE '%%jsonb_array_elements%%'"
 
-@pytest.mark.parametrize("ready", [0, 100])
-def test_the_claim_runs_one_generic_plan(pg_backend: Backend, ready: int) -> None:
+
+@pytest.mark.parametrize(
+    ("ready", "n", "which"), [(0, 100, FULL), (100, 101, FULL), (100, 100, TOP)]
+)
+def test_the_claim_runs_one_generic_plan(
+    pg_backend: Backend, ready: int, n: int, which: str
+) -> None:
+    """`n` > `ready`: no claim fills, every claim is a full one; `n` == `ready`: the first
+    claim fills from the one level, and the 20 after it are top claims."""
     with pg_backend.migrated(pool_size=1) as store:  # every statement on one session
         q = store.queue("q")
         q.enqueue_many(list(range(100_000)), delay=3600)
         with store.transaction() as tx:
             tx.connection.execute(f"ANALYZE {store.namespace}.jobs")
         q.enqueue_many(list(range(ready)))
-        for _ in range(20):
-            jobs = q.claim_many(100)
+        for _ in range(21):  # the top claims run 20 times: prepared at the 6th
+            jobs = q.claim_many(n)
             assert len(jobs) == ready
             for job in jobs:
                 job.release()
@@ -37,7 +48,7 @@ def test_the_claim_runs_one_generic_plan(pg_backend: Backend, ready: int) -> Non
                 "WHERE statement LIKE '%%claimed_for = j.visible_at%%'"  # the claim alone: a
                 # claim that runs past a second also buries exhausted jobs (SKIP LOCKED too),
                 # and a claim from the cursor (docs/adr/0027) is another statement
-                " AND statement LIKE 'WITH RECURSIVE levels%%'"
+                " AND " + which
             ).fetchall()
     assert len(plans) == 1, plans
     generic, custom = plans[0]
