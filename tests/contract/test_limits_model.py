@@ -33,8 +33,8 @@ from hypothesis.stateful import (
 import alkstore
 from alkstore import _ordering
 from tests.conftest import Backend
+from tests.machines import StoreMachine
 
-START_MS = 1_700_000_000_000
 QUEUE = "limited"
 VISIBILITY_MS = 2_000
 PERIOD_MS = 1_000
@@ -149,33 +149,16 @@ class Model:
 
 
 def machine_for(backend: Backend, directory: Path) -> type[RuleBasedStateMachine]:
-    class LimitsMachine(RuleBasedStateMachine):
+    class LimitsMachine(StoreMachine):
         def __init__(self) -> None:
-            super().__init__()
-            self.now = START_MS
-            self.backend = backend.scratch(directory, "l")
-            self.store: alkstore.Store | None = None
-            try:
-                self.store = self.backend.connect(clock=self.clock)
-                self.store.migrate()
-                self.queue = self.store.queue(QUEUE)
-                self.queue._rt.exhausted_checked[QUEUE] = float("inf")  # no burying here
-                self.queue.configure(max_attempts=1_000, visibility=VISIBILITY_MS / 1000)
-            except BaseException:
-                self.teardown()
-                raise
+            super().__init__(backend, directory, "l")
             self.model = Model()
             self.handles: list[alkstore.Job[Any]] = []
 
-        def clock(self) -> float:
-            return self.now / 1000
-
-        def teardown(self) -> None:
-            try:
-                if self.store is not None:
-                    self.store.close()
-            finally:
-                self.backend.remove()
+        def set_up(self, store: alkstore.Store) -> None:
+            self.queue = store.queue(QUEUE)
+            self.queue._rt.exhausted_checked[QUEUE] = float("inf")  # no burying here
+            self.queue.configure(max_attempts=1_000, visibility=VISIBILITY_MS / 1000)
 
         @initialize(limit=bounds, key_limit=bounds, rate=rates, key_rate=rates)
         def first_limits(

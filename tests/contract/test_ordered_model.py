@@ -36,8 +36,8 @@ from hypothesis.stateful import (
 
 import alkstore
 from tests.conftest import Backend
+from tests.machines import StoreMachine
 
-START_MS = 1_700_000_000_000
 QUEUE = "ordered"
 MAX_ATTEMPTS = 2
 VISIBILITY_MS = 2_000
@@ -98,41 +98,24 @@ class Model:
 
 
 def machine_for(backend: Backend, directory: Path, policy: str) -> type[RuleBasedStateMachine]:
-    class OrderedMachine(RuleBasedStateMachine):
+    class OrderedMachine(StoreMachine):
         def __init__(self) -> None:
-            super().__init__()
-            self.now = START_MS
-            self.backend = backend.scratch(directory, "o")
-            self.store: alkstore.Store | None = None
-            try:
-                self.store = self.backend.connect(clock=self.clock)
-                self.store.migrate()
-                self.queue = self.store.queue(QUEUE)
-                # claim_many buries exhausted jobs once a (real) second: only the sweep
-                # rule may here, so that the model knows when
-                self.queue._rt.exhausted_checked[QUEUE] = float("inf")
-                self.queue.configure(
-                    max_attempts=MAX_ATTEMPTS,
-                    backoff=alkstore.Fixed(BACKOFF_MS / 1000),
-                    visibility=VISIBILITY_MS / 1000,
-                    ordered=True,
-                    on_head_failure=policy,  # type: ignore[arg-type]
-                )
-            except BaseException:
-                self.teardown()
-                raise
+            super().__init__(backend, directory, "o")
             self.model = Model(policy)
             self.handles: list[alkstore.Job[Any]] = []
 
-        def clock(self) -> float:
-            return self.now / 1000
-
-        def teardown(self) -> None:
-            try:
-                if self.store is not None:
-                    self.store.close()
-            finally:
-                self.backend.remove()
+        def set_up(self, store: alkstore.Store) -> None:
+            self.queue = store.queue(QUEUE)
+            # claim_many buries exhausted jobs once a (real) second: only the sweep
+            # rule may here, so that the model knows when
+            self.queue._rt.exhausted_checked[QUEUE] = float("inf")
+            self.queue.configure(
+                max_attempts=MAX_ATTEMPTS,
+                backoff=alkstore.Fixed(BACKOFF_MS / 1000),
+                visibility=VISIBILITY_MS / 1000,
+                ordered=True,
+                on_head_failure=policy,  # type: ignore[arg-type]
+            )
 
         def pick(self, index: int) -> alkstore.Job[Any]:
             live = [h for h in self.handles if self.model.holds(h.id, h.lease_token)]

@@ -48,8 +48,8 @@ from hypothesis.stateful import (
 
 import alkstore
 from tests.conftest import Backend
+from tests.machines import StoreMachine
 
-START_MS = 1_700_000_000_000
 QUEUE = "modelled"
 QUEUE_MAX_ATTEMPTS = 3
 QUEUE_BACKOFF_MS = 1_500  # the queue's Fixed curve
@@ -246,46 +246,32 @@ class QueueModel:
 def machine_for(backend: Backend, directory: Path) -> type[RuleBasedStateMachine]:
     """A state machine class bound to one engine; each instance is one fresh namespace."""
 
-    class QueueMachine(RuleBasedStateMachine):
+    class QueueMachine(StoreMachine):
+        peek: Any = None  # a raw connection that reads the jobs table
+
         def __init__(self) -> None:
-            super().__init__()
-            self.now = START_MS
-            self.backend = backend.scratch(directory, "m")
-            self.store: alkstore.Store | None = None
-            self.peek: Any = None  # a raw connection that reads the jobs table
-            try:
-                self.store = self.backend.connect(clock=self.clock)
-                self.store.migrate()
-                if backend.name == "sqlite":
-                    self.peek = apsw.Connection(str(self.backend.files[0]))
-                    self.jobs_table = f"{self.backend.namespace}__jobs"
-                else:
-                    self.peek = psycopg.connect(backend.url, autocommit=True)
-                    self.jobs_table = f"{self.backend.namespace}.jobs"
-                self.queue = self.store.queue(QUEUE)
-                self.queue.configure(
-                    max_attempts=QUEUE_MAX_ATTEMPTS,
-                    backoff=alkstore.Fixed(seconds(QUEUE_BACKOFF_MS)),
-                    visibility=seconds(QUEUE_VISIBILITY_MS),
-                )
-            except BaseException:
-                self.teardown()
-                raise
+            super().__init__(backend, directory, "m")
             self.model = QueueModel()
             self.handles: list[alkstore.Job[Any]] = []  # every claim ever made, stale or not
             self.payloads = 0
 
-        def clock(self) -> float:
-            return self.now / 1000
+        def set_up(self, store: alkstore.Store) -> None:
+            if backend.name == "sqlite":
+                self.peek = apsw.Connection(str(self.backend.files[0]))
+                self.jobs_table = f"{self.backend.namespace}__jobs"
+            else:
+                self.peek = psycopg.connect(backend.url, autocommit=True)
+                self.jobs_table = f"{self.backend.namespace}.jobs"
+            self.queue = store.queue(QUEUE)
+            self.queue.configure(
+                max_attempts=QUEUE_MAX_ATTEMPTS,
+                backoff=alkstore.Fixed(seconds(QUEUE_BACKOFF_MS)),
+                visibility=seconds(QUEUE_VISIBILITY_MS),
+            )
 
-        def teardown(self) -> None:
-            try:
-                if self.peek is not None:
-                    self.peek.close()
-                if self.store is not None:
-                    self.store.close()
-            finally:
-                self.backend.remove()
+        def close(self) -> None:
+            if self.peek is not None:
+                self.peek.close()
 
         # -- helpers -----------------------------------------------------------------
 

@@ -35,8 +35,8 @@ from hypothesis.stateful import (
 import alkstore
 from tests.conftest import Backend
 from tests.events import OrderPlaced
+from tests.machines import StoreMachine
 
-START_MS = 1_700_000_000_000
 QUEUE = "latest"
 KEYS = ["a", "b", "c"]
 EXAMPLES = int(os.environ.get("ALKSTORE_REPLACE_EXAMPLES", "25"))
@@ -54,37 +54,20 @@ class Job:
 
 
 def machine_for(backend: Backend, directory: Path, window_ms: int) -> type[RuleBasedStateMachine]:
-    class ReplaceMachine(RuleBasedStateMachine):
+    class ReplaceMachine(StoreMachine):
         def __init__(self) -> None:
-            super().__init__()
-            self.now = START_MS
-            self.backend = backend.scratch(directory, "r")
-            self.store: alkstore.Store | None = None
-            try:
-                self.store = self.backend.connect(clock=self.clock)
-                self.store.migrate()
-                options: dict[str, Any] = (
-                    {"debounce_by_key": window_ms / 1000} if window_ms else {"replace_by_key": True}
-                )
-                self.store.subscribe(QUEUE, ["test.*"], start="beginning", **options)
-                self.queue = self.store.queue(QUEUE)
-            except BaseException:
-                self.teardown()
-                raise
+            super().__init__(backend, directory, "r")
             self.pending: list[tuple[str | None, int]] = []  # appended, not yet relayed
             self.jobs: list[Job] = []
             self.handles: list[alkstore.Job[Any]] = []
             self.seq = 0
 
-        def clock(self) -> float:
-            return self.now / 1000
-
-        def teardown(self) -> None:
-            try:
-                if self.store is not None:
-                    self.store.close()
-            finally:
-                self.backend.remove()
+        def set_up(self, store: alkstore.Store) -> None:
+            options: dict[str, Any] = (
+                {"debounce_by_key": window_ms / 1000} if window_ms else {"replace_by_key": True}
+            )
+            store.subscribe(QUEUE, ["test.*"], start="beginning", **options)
+            self.queue = store.queue(QUEUE)
 
         @rule(keys=st.lists(st.sampled_from([*KEYS, None]), min_size=1, max_size=4))
         def append(self, keys: list[str | None]) -> None:

@@ -31,8 +31,8 @@ from hypothesis.stateful import (
 import alkstore
 from tests.business import Business
 from tests.conftest import Backend
+from tests.machines import StoreMachine
 
-START_MS = 1_700_000_000_000
 QUEUE = "txack"
 FOLLOW = "follow"
 # Measured on 2 cores: 25 x 30 runs in about 3 s (SQLite) and 10 s (PostgreSQL).
@@ -45,41 +45,27 @@ class Injected(Exception):
 
 
 def machine_for(backend: Backend, directory: Path) -> type[RuleBasedStateMachine]:
-    class TxAckMachine(RuleBasedStateMachine):
+    class TxAckMachine(StoreMachine):
         def __init__(self) -> None:
-            super().__init__()
-            self.now = START_MS
-            self.backend = backend.scratch(directory, "x")
-            self.store: alkstore.Store | None = None
-            try:
-                self.store = self.backend.connect(clock=lambda: self.now / 1000)
-                self.store.migrate()
-                self.business = Business(self.store)
-                self.queue = self.store.queue(QUEUE)
-                self.queue.configure(max_attempts=1_000)
-                engine: Any = self.store.engine
-                real = engine.ack_in
-                self.fail_ack = False
-
-                def ack_in(conn: Any, job_id: int, token: int | None) -> Any:
-                    if self.fail_ack:
-                        raise alkstore.StorageError("injected: the ack statement failed")
-                    return real(conn, job_id, token)
-
-                engine.ack_in = ack_in
-            except BaseException:
-                self.teardown()
-                raise
+            super().__init__(backend, directory, "x")
             self.live: dict[int, int | None] = {}  # job id -> the token that holds it
             self.acked: set[int] = set()
             self.handles: list[alkstore.Job[Any]] = []
 
-        def teardown(self) -> None:
-            try:
-                if self.store is not None:
-                    self.store.close()
-            finally:
-                self.backend.remove()
+        def set_up(self, store: alkstore.Store) -> None:
+            self.business = Business(store)
+            self.queue = store.queue(QUEUE)
+            self.queue.configure(max_attempts=1_000)
+            engine: Any = store.engine
+            real = engine.ack_in
+            self.fail_ack = False
+
+            def ack_in(conn: Any, job_id: int, token: int | None) -> Any:
+                if self.fail_ack:
+                    raise alkstore.StorageError("injected: the ack statement failed")
+                return real(conn, job_id, token)
+
+            engine.ack_in = ack_in
 
         def holds(self, handle: alkstore.Job[Any]) -> bool:
             return bool(self.live.get(handle.id, 0) == handle.lease_token)
