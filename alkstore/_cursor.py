@@ -27,7 +27,8 @@ SQLite deletes a row's index entries with the row: its claims never need a curso
 
 `Claims` runs a claimer's plain claims on PostgreSQL: from the cursor when it is
 engaged, else the full claim, or `claim_top` (the top priority level's range alone) while
-the last claim was filled from one level. The full claim's plan (a probe per level, then
+the last claim was filled from one level (an ordered queue's claimer: no cursor, the
+other two). The full claim's plan (a probe per level, then
 the walk below them) costs ~70 us more to start than one range (docs/performance.md,
 issue 12), paid per claim by a worker that drains a queue of one priority. A top claim
 that comes back short is followed by a full claim for the rest in the same call, so the
@@ -91,15 +92,17 @@ class Claims:
     """A claimer's plain claims on PostgreSQL: from its cursor, from the top level alone,
     or full (see the module's docstring)."""
 
-    def __init__(self, engine: _Runs) -> None:
+    def __init__(self, engine: _Runs, *, cursor: bool = True) -> None:
+        """`cursor=False`: never from a cursor, for an ordered queue, whose jobs come back
+        behind one (a held job promoted keeps its old run time)."""
         self._engine = engine
-        self._cursor = Cursor()
+        self._cursor = Cursor() if cursor else None
         self._top = False  # the last claim was filled from one priority level
 
     def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """The claim `name` (the full claim's statement) with `params`."""
         run = self._engine.run
-        start = self._cursor.start()
+        start = self._cursor.start() if self._cursor is not None else None
         began = perf_counter()
         if start is not None:
             rows = run("claim_from", {**params, "from": start})
@@ -112,7 +115,8 @@ class Claims:
         full = start is None
         if full:
             self._top = len(rows) == params["n"] and _one_level(rows)
-        self._cursor.took(rows, full, perf_counter() - began)
+        if self._cursor is not None:
+            self._cursor.took(rows, full, perf_counter() - began)
         return rows
 
 

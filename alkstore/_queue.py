@@ -210,7 +210,9 @@ class Queue(_ops.Operations):
         self._engine = runtime.engine
         self._config: QueueConfig | None = None
         self._config_read = 0.0
-        self._claims = _cursor.Claims(self._engine) if self._engine.name == "postgres" else None
+        postgres = self._engine.name == "postgres"
+        self._claims = _cursor.Claims(self._engine) if postgres else None
+        self._ordered_claims = _cursor.Claims(self._engine, cursor=False) if postgres else None
 
     # -- configuration ---------------------------------------------------------------
 
@@ -425,9 +427,10 @@ class Queue(_ops.Operations):
         claim = self._engine.run
         if config.key_rate_limit:  # the keys' windows count in the claim's transaction
             claim = _ordering.KeyCounted(self._engine)
-        elif query == "claim" and not config.ordered and self._claims is not None:
-            claim = self._claims.run  # (an ordered queue's next job comes back at its old
-            # run time: behind a cursor; docs/adr/0027, alkstore/_cursor.py)
+        elif query == "claim" and self._claims is not None and self._ordered_claims is not None:
+            # (an ordered queue's next job comes back at its old run time: behind a cursor,
+            # so its claims never use one; docs/adr/0027, alkstore/_cursor.py)
+            claim = (self._ordered_claims if config.ordered else self._claims).run
         rows = claim(query, params)
         if 0 < start < n and len(rows) == start:
             params.update(n=n - start, go=0)

@@ -50,7 +50,7 @@ def describe(backend: Backend, namespace: str) -> str:
 def test_migrate_is_idempotent(backend: Backend) -> None:
     store = backend.connect()
     try:
-        assert store.migrate() == list(range(1, 15))
+        assert store.migrate() == list(range(1, 16))
         assert store.migrate() == []
         assert store.sql(pending_only=True).count("-- migration") == 0
     finally:
@@ -142,7 +142,7 @@ def test_concurrent_migrate_from_several_processes(backend: Backend) -> None:
     for p in procs:
         p.join(timeout=30)
         assert p.exitcode == 0
-    everything = str(list(range(1, 15)))
+    everything = str(list(range(1, 16)))
     assert sorted(map(str, outcomes)) == sorted([everything] + ["[]"] * (n - 1)), outcomes
     store = backend.connect()
     try:

@@ -91,7 +91,7 @@ def test_namespace_is_substituted_everywhere() -> None:
 def test_memory_engine_is_an_engine() -> None:
     engine: _engine.Engine = SqliteEngine(":memory:", "seam")
     try:
-        assert engine.migrate() == list(range(1, 15))
+        assert engine.migrate() == list(range(1, 16))
         assert engine.head() == 0
     finally:
         engine.close()
