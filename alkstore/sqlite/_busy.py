@@ -54,6 +54,33 @@ class Gate:
             self._cond.wait_for(lambda: self.waiting == 0, timeout)
 
 
+WRITERS_WAIT = BUSY_TIMEOUT + 30.0  # seconds: the busy handler's wait, then the retries'
+
+
+class Writers:
+    """This process's store transactions, one at a time (ADR 0001, addendum 2026-12-01c).
+
+    Threads of one process that open store transactions at once (a worker's handlers)
+    would each wait for SQLite's write lock in the busy handler, a Python callback that
+    takes the GIL every 0.2-1 ms: the thread holding the lock then waits for the GIL
+    after each of its statements, and holds the lock the longer. Here they wait on a
+    lock that costs nothing while it waits; the one that gets it waits in the busy
+    handler only for other processes and this one's own claims and acks. Waiting
+    longer than a BEGIN waited before (WRITERS_WAIT) is DatabaseBusy."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def enter(self) -> bool:
+        """False: not our turn within WRITERS_WAIT."""
+        return self._lock.acquire(timeout=WRITERS_WAIT)
+
+    def leave(self) -> None:
+        self._lock.release()
+
+
 class BusyWait:
     """A connection's busy handler: try again every 0.2-1 ms, then every 1-3 ms,
     until BUSY_TIMEOUT.

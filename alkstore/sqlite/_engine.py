@@ -81,6 +81,7 @@ class SqliteEngine:
         self._all_lock = threading.Lock()
         self._wake = _wake.Wake()
         self.gate = _busy.Gate()
+        self.writers = _busy.Writers()  # store transactions on a file, one at a time
         self._watcher: _watch.Watcher | None = None
         self._closed = threading.Event()
         self._is_closed = False  # the same, read on the hot path without a call
@@ -164,19 +165,25 @@ class SqliteEngine:
                 raise _errors.TransactionOpen()
             if self.gate.waiting:
                 self.gate.hold(_busy.BUSY_TIMEOUT)
-            _begin(conn, self._namespace)
+            writers = None if self._memory else self.writers  # (memory: one connection)
+            _enter(writers)
             try:
-                yield conn
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            try:
-                _busy.execute(conn, "COMMIT")
-            except apsw.Error as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise _storage_error(conn, self._namespace, exc) from exc
+                _begin(conn, self._namespace)
+                try:
+                    yield conn
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                try:
+                    _busy.execute(conn, "COMMIT")
+                except apsw.Error as exc:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise _storage_error(conn, self._namespace, exc) from exc
+            finally:
+                if writers is not None:
+                    writers.leave()
 
     def committed(self) -> None:
         """Our own transaction committed: the watcher sees files; memory needs a direct fire."""
@@ -378,21 +385,30 @@ class _Flat:
             raise _errors.TransactionOpen()
         if gate.waiting:
             gate.hold(_busy.BUSY_TIMEOUT)
-        _begin(conn, self._engine.namespace)
+        writers = self._engine.writers
+        _enter(writers)
+        try:
+            _begin(conn, self._engine.namespace)
+        except BaseException:
+            writers.leave()
+            raise
         return conn
 
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         conn = self._conn
-        if exc_type is not None:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            return
         try:
-            _busy.execute(conn, "COMMIT")
-        except apsw.Error as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise _storage_error(conn, self._engine.namespace, exc) from exc
+            if exc_type is not None:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                return
+            try:
+                _busy.execute(conn, "COMMIT")
+            except apsw.Error as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise _storage_error(conn, self._engine.namespace, exc) from exc
+        finally:
+            self._engine.writers.leave()
 
 
 class _Reserved:
@@ -425,6 +441,14 @@ class _Reserved:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _enter(writers: _busy.Writers | None) -> None:
+    """This thread's turn for a store transaction (None: no turns to take)."""
+    if writers is not None and not writers.enter():
+        raise _errors.DatabaseBusy(
+            f"another thread of this process held a write transaction for {_busy.WRITERS_WAIT:g} s"
+        )
 
 
 def _begin(conn: apsw.Connection, namespace: str) -> None:
