@@ -6,9 +6,11 @@ Every alkstore connection gets a `BusyWait` handler, and BEGIN/COMMIT go through
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable
 
 import apsw
@@ -68,10 +70,11 @@ class Writers:
     handler only for other processes and this one's own claims and acks. Waiting
     longer than a BEGIN waited before (WRITERS_WAIT) is DatabaseBusy."""
 
-    __slots__ = ("_lock",)
+    __slots__ = ("__weakref__", "_lock")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        _WRITERS.add(self)
 
     def enter(self) -> bool:
         """False: not our turn within WRITERS_WAIT."""
@@ -79,6 +82,19 @@ class Writers:
 
     def leave(self) -> None:
         self._lock.release()
+
+
+_WRITERS: weakref.WeakSet[Writers] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    """A child process starts with every turn free: a lock a thread of the parent held
+    at the fork would otherwise stay taken in the child, with no thread to free it."""
+    for writers in list(_WRITERS):
+        writers._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 class BusyWait:
