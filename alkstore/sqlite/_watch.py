@@ -32,6 +32,13 @@ SAFETY_INTERVAL = 0.25  # with inotify: confirm data_version at least this often
 # WAL frames are written before the commit is published in the shared index, so
 # after a write we keep checking data_version every POLL_INTERVAL for a while.
 HOT_WINDOW = 0.05
+# After a write it saw and checked, the watcher polls again no sooner than this: writes
+# that come faster are seen together, one check and one wake for all of them. Under a
+# stream of commits (a worker's handlers, each committing its own transaction) a check
+# per commit took the GIL several times per commit from the threads doing the work (ADR
+# 0005, addendum 2026-12-01c). A write is still checked as soon as it is seen; one that
+# comes within COALESCE of the last is checked at most COALESCE late.
+COALESCE = 0.0005
 RETRY = (0.05, 5.0)  # seconds: first and longest wait before checking again after a failure
 _IN_MODIFY = 0x00000002
 _IN_NONBLOCK = 0o4000
@@ -116,14 +123,18 @@ class Watcher:
         last = self._baseline
         hot_until = 0.0
         retry = RETRY[0]
+        wrote = False
         while not self._stop.is_set():
             try:
                 if fd is None or poller is None:
                     self._stop.wait(POLL_INTERVAL)
                 else:
+                    if wrote:  # the last turn saw a write: let the next ones gather
+                        self._stop.wait(COALESCE)
                     hot = time.monotonic() < hot_until
                     timeout = POLL_INTERVAL if hot else SAFETY_INTERVAL
-                    if any(ready == fd for ready, _ in poller.poll(timeout * 1000)):
+                    wrote = any(ready == fd for ready, _ in poller.poll(timeout * 1000))
+                    if wrote:
                         _drain(fd)
                         hot_until = time.monotonic() + HOT_WINDOW
                 now = _data_version(self._conn)

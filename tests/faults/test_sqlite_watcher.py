@@ -110,3 +110,43 @@ def test_a_failing_data_version_is_logged_retried_and_recovers(
     finally:
         other.close()
         store.close()
+
+
+def test_a_stream_of_commits_is_seen_together_and_the_last_one_always(tmp_path: Path) -> None:
+    """ADR 0005, addendum 2026-12-01c: commits that come faster than COALESCE share a
+    check and a wake; the last of a burst is still seen, and a commit after a quiet spell
+    is seen at once."""
+    path = str(tmp_path / "stream.db")
+    writer = apsw.Connection(path)
+    writer.execute("PRAGMA journal_mode = WAL")
+    writer.execute("PRAGMA synchronous = NORMAL")  # as alkstore's: no fsync per commit
+    writer.execute("CREATE TABLE t (x)")
+    fires: list[float] = []
+    watcher = _watch.Watcher(path, lambda: fires.append(time.monotonic()))
+    try:
+        commits = 300
+        began = time.monotonic()
+        for n in range(commits):  # about 0.1-0.2 ms apart: faster than COALESCE
+            time.sleep(0.0001)
+            writer.execute("INSERT INTO t VALUES (?)", (n,))
+        last = time.monotonic()
+        deadline = last + 5
+        while not (fires and fires[-1] >= last) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert fires and fires[-1] >= last, "the burst's last commit was never seen"
+        # at most one check per COALESCE while the commits come: a check per commit
+        # before (294 wakes here, against 97)
+        bound = (last - began) / _watch.COALESCE + 3
+        assert len(fires) <= bound, (len(fires), bound, commits)
+
+        time.sleep(2 * _watch.HOT_WINDOW)  # quiet: the watcher waits in poll(2)
+        seen = len(fires)
+        writer.execute("INSERT INTO t VALUES (-1)")
+        committed = time.monotonic()
+        while len(fires) == seen and time.monotonic() < committed + 5:
+            time.sleep(0.0002)
+        assert len(fires) > seen
+        assert fires[seen] - committed < 0.1  # at once, give or take a busy machine
+    finally:
+        watcher.stop()
+        writer.close()
