@@ -36,6 +36,10 @@ class Subscription(msgspec.Struct, frozen=True):
     events: list[str]
     checkpoint: int  # the last log position turned into jobs for this queue
     gap: Gap | None = None  # positions it asked for (subscribe, replay) already pruned
+    # how its jobs take their event's key (docs/adr/0022): as `subscribe` was given it
+    dedupe_by_key: bool = False
+    replace_by_key: bool = False
+    debounce_by_key: float | None = None  # seconds
 
 
 class Replay(msgspec.Struct, frozen=True):
@@ -121,7 +125,7 @@ def subscribe(
             checkpoint + 1,
             span(stored),
         )
-    return Subscription(queue, globs, int(rows[0][0]), stored)
+    return Subscription(queue, globs, int(rows[0][0]), stored, *_keyed(dedupe_by_key, replace_ms))
 
 
 def pruned(rt: _queue.Runtime, first: int, last: int, conn: Any = None) -> Gap | None:
@@ -156,13 +160,23 @@ def unsubscribe(rt: _queue.Runtime, queue: str) -> bool:
 
 def subscriptions(rt: _queue.Runtime) -> list[Subscription]:
     """The queue subscriptions (sinks: `_sinks.sink_subscriptions`)."""
-    return [
-        Subscription(queue, _patterns.decode(events), int(checkpoint), _gap(first, last))
-        for queue, events, checkpoint, _, first, last, sink, *_ in rt.engine.run(
-            "subscriptions", {}
-        )
-        if sink is None
-    ]
+    found = []
+    for row in rt.engine.run("subscriptions", {}):
+        queue, events, checkpoint, _, first, last, sink, *_, dedupe, replace_ms = row
+        if sink is None:
+            keyed = _keyed(bool(dedupe), replace_ms)
+            gap = _gap(first, last)
+            found.append(
+                Subscription(queue, _patterns.decode(events), int(checkpoint), gap, *keyed)
+            )
+    return found
+
+
+def _keyed(dedupe: bool, replace_ms: int | None) -> tuple[bool, bool, float | None]:
+    """(dedupe_by_key, replace_by_key, debounce_by_key) from the stored columns."""
+    if replace_ms is None:
+        return dedupe, False, None
+    return False, not replace_ms, replace_ms / 1000 if replace_ms else None
 
 
 def past_head(action: str, queue: str, position: int, head: int) -> str:

@@ -153,7 +153,7 @@ def subscribe_sink(
 def sink_subscriptions(rt: _queue.Runtime) -> list[SinkSubscription]:
     found = []
     for row in rt.engine.run("subscriptions", {}):
-        name, events, checkpoint, _, first, last, sink, options, parked, parked_at = row
+        name, events, checkpoint, _, first, last, sink, options, parked, parked_at, *_ = row
         if sink is None:
             continue
         found.append(

@@ -258,6 +258,15 @@ def workers(store: alkstore.Store, args: argparse.Namespace) -> int:
     return 0
 
 
+def _keyed(sub: alkstore.Subscription) -> str:
+    """How its jobs take their event's key, as `subscriptions add` takes it ('' for none)."""
+    if sub.debounce_by_key is not None:
+        return f"\t--debounce-by-key {sub.debounce_by_key:g}"
+    if sub.replace_by_key:
+        return "\t--replace-by-key"
+    return "\t--dedupe-by-key" if sub.dedupe_by_key else ""
+
+
 def subscriptions(store: alkstore.Store, args: argparse.Namespace) -> int:
     action, queue = args.action, args.queue
     if action != "list" and not queue:
@@ -274,7 +283,7 @@ def subscriptions(store: alkstore.Store, args: argparse.Namespace) -> int:
         elif not found and not sinks:
             print("subscriptions: none")
         for sub in [] if args.json else found:
-            print(f"{sub.queue}\t{','.join(sub.events)}\tcheckpoint {sub.checkpoint}")
+            print(f"{sub.queue}\t{','.join(sub.events)}\tcheckpoint {sub.checkpoint}{_keyed(sub)}")
         for sink in [] if args.json else sinks:
             parked = "" if sink.parked is None else f"\tPARKED: {sink.parked}"
             options = _sinks.describe(sink).rstrip()

@@ -146,6 +146,9 @@ def test_workers_json_carries_what_each_worker_has_done(
         plain.leave()
 
 
+UNKEYED = {"dedupe_by_key": False, "replace_by_key": False, "debounce_by_key": None}
+
+
 def test_subscriptions_add_list_remove(lite: tuple[Backend, alkstore.Store]) -> None:
     backend, migrated = lite
     out = run(backend, "subscriptions", "list")
@@ -156,12 +159,12 @@ def test_subscriptions_add_list_remove(lite: tuple[Backend, alkstore.Store]) -> 
     assert out.returncode == 0, out.stderr
     assert out.stdout == "subscribed emails to test.*,billing.* after position 1\n"
     added = as_json(backend, "subscriptions", "add", "all", "*", "--start", "beginning")
-    assert added == {"queue": "all", "events": ["*"], "checkpoint": 0, "gap": None}
+    assert added == {"queue": "all", "events": ["*"], "checkpoint": 0, "gap": None, **UNKEYED}
     out = run(backend, "subscriptions", "add", "emails", "test.*")
     assert out.stdout == "updated emails: test.* (checkpoint kept at 1)\n"
     assert as_json(backend, "subscriptions", "list") == [
-        {"queue": "all", "events": ["*"], "checkpoint": 0, "gap": None},
-        {"queue": "emails", "events": ["test.*"], "checkpoint": 1, "gap": None},
+        {"queue": "all", "events": ["*"], "checkpoint": 0, "gap": None, **UNKEYED},
+        {"queue": "emails", "events": ["test.*"], "checkpoint": 1, "gap": None, **UNKEYED},
     ]
     assert run(backend, "subscriptions", "list").stdout == (
         "all\t*\tcheckpoint 0\nemails\ttest.*\tcheckpoint 1\n"
@@ -182,6 +185,20 @@ def test_subscriptions_add_with_replace_and_debounce(lite: tuple[Backend, alksto
     ):
         out = run(backend, "subscriptions", "add", queue, "test.*", *flags)
         assert out.returncode == 0, out.stderr
+    assert run(backend, "subscriptions", "list").stdout == (  # as they were added
+        "first\ttest.*\tcheckpoint 0\t--dedupe-by-key\n"
+        "latest\ttest.*\tcheckpoint 0\t--replace-by-key\n"
+        "quiet\ttest.*\tcheckpoint 0\t--debounce-by-key 30\n"
+    )
+    listed = {s["queue"]: s for s in as_json(backend, "subscriptions", "list")}
+    assert {
+        q: (s["dedupe_by_key"], s["replace_by_key"], s["debounce_by_key"])
+        for q, s in listed.items()
+    } == {
+        "first": (True, False, None),
+        "latest": (False, True, None),
+        "quiet": (False, False, 30.0),
+    }
     with store.transaction() as tx:
         for n in (1, 2):
             tx.append(OrderPlaced(order_id=n), key="order-1")
@@ -191,6 +208,8 @@ def test_subscriptions_add_with_replace_and_debounce(lite: tuple[Backend, alksto
     assert [(j.raw_payload["order_id"], j.state) for j in quiet] == [(2, "scheduled")]
     assert [(j.raw_payload["order_id"], j.state) for j in first] == [(1, "ready")]
     assert run(backend, "subscriptions", "add", "latest", "test.*").returncode == 0
+    [latest_now] = [s for s in store.subscriptions() if s.queue == "latest"]
+    assert (latest_now.replace_by_key, latest_now.debounce_by_key) == (False, None)
     with store.transaction() as tx:
         tx.append(OrderPlaced(order_id=3), key="order-1")
     store.relay_batch()

@@ -835,3 +835,26 @@ def test_stopping_an_idle_relay_is_prompt(store: alkstore.Store) -> None:
         loop.stop()
         store.engine.wake.fire()
         thread.join(timeout=30)
+
+
+def test_a_subscription_says_how_its_jobs_take_their_key(store: alkstore.Store) -> None:
+    """dedupe / replace / debounce by key (docs/adr/0022) as `subscribe` was given them,
+    in what it returns and in `subscriptions()`; subscribing again changes them."""
+    made = [
+        store.subscribe("first", ["order.*"], dedupe_by_key=True),
+        store.subscribe("latest", ["order.*"], replace_by_key=True),
+        store.subscribe("quiet", ["order.*"], debounce_by_key=2.5),
+        store.subscribe("plain", ["order.*"]),
+    ]
+    keyed = [(s.queue, s.dedupe_by_key, s.replace_by_key, s.debounce_by_key) for s in made]
+    assert keyed == [
+        ("first", True, False, None),
+        ("latest", False, True, None),
+        ("quiet", False, False, 2.5),
+        ("plain", False, False, None),
+    ]
+    assert {s.queue: s for s in store.subscriptions()} == {s.queue: s for s in made}
+    again = store.subscribe("quiet", ["order.*"], replace_by_key=True)
+    assert (again.replace_by_key, again.debounce_by_key) == (True, None)
+    [listed] = [s for s in store.subscriptions() if s.queue == "quiet"]
+    assert listed == again

@@ -21,7 +21,7 @@ DELETE FROM {ns}.subscriptions WHERE queue = %(queue)s RETURNING queue
 -- Queue names in byte order, as on SQLite, whatever the database's collation (ADR 0006,
 -- addendum 2026-12-01).
 SELECT queue, events::text, checkpoint, updated_at, gap_first, gap_last, sink,
-       sink_options::text, parked, parked_at
+       sink_options::text, parked, parked_at, dedupe, replace_ms
 FROM {ns}.subscriptions
 ORDER BY queue COLLATE "C"
 

@@ -18,7 +18,7 @@ DELETE FROM {ns}__subscriptions WHERE queue = :queue RETURNING queue
 
 -- name: subscriptions
 SELECT queue, events, checkpoint, updated_at, gap_first, gap_last, sink, sink_options, parked,
-       parked_at
+       parked_at, dedupe, replace_ms
 FROM {ns}__subscriptions ORDER BY queue
 
 -- name: set_checkpoint
