@@ -41,6 +41,9 @@ def describe(backend: Backend, namespace: str) -> str:
             " FROM pg_constraint WHERE connamespace = %(ns)s::regnamespace ORDER BY conname",
             "SELECT pg_get_functiondef(p.oid) FROM pg_proc p"
             " WHERE pronamespace = %(ns)s::regnamespace ORDER BY proname",
+            "SELECT pg_get_triggerdef(t.oid) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
+            " WHERE c.relnamespace = %(ns)s::regnamespace AND NOT t.tgisinternal"
+            " ORDER BY c.relname, t.tgname",
         ]
         with psycopg.connect(backend.url) as pg:
             lines = [row[0] for q in queries for row in pg.execute(q, {"ns": namespace})]
