@@ -160,30 +160,8 @@ class SqliteEngine:
 
     @contextmanager
     def _transaction(self) -> Iterator[apsw.Connection]:
-        with self._connection() as conn:
-            if conn.in_transaction:
-                raise _errors.TransactionOpen()
-            if self.gate.waiting:
-                self.gate.hold(_busy.BUSY_TIMEOUT)
-            writers = None if self._memory else self.writers  # (memory: one connection)
-            _enter(writers)
-            try:
-                _begin(conn, self._namespace)
-                try:
-                    yield conn
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
-                try:
-                    _busy.execute(conn, "COMMIT")
-                except apsw.Error as exc:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise _storage_error(conn, self._namespace, exc) from exc
-            finally:
-                if writers is not None:
-                    writers.leave()
+        with self._connection() as conn, _Flat(self, conn) as begun:
+            yield begun
 
     def committed(self) -> None:
         """Our own transaction committed: the watcher sees files; memory needs a direct fire."""
@@ -370,27 +348,33 @@ class SqliteEngine:
 
 
 class _Flat:
-    """`transaction()` on this thread's connection, as `run` does it: BEGIN IMMEDIATE on
+    """`transaction()` on a connection, as `run` does it: this process's turn to write (a
+    file's; an in-memory database has one connection and no turns), BEGIN IMMEDIATE on
     entry, COMMIT on a normal exit, ROLLBACK on an exception."""
 
-    __slots__ = ("_conn", "_engine")
+    __slots__ = ("_conn", "_engine", "_writers")
 
     def __init__(self, engine: SqliteEngine, conn: apsw.Connection) -> None:
         self._engine = engine
         self._conn = conn
+        self._writers = None if engine._memory else engine.writers
 
     def __enter__(self) -> apsw.Connection:
-        conn, gate = self._conn, self._engine.gate
+        conn, gate, writers = self._conn, self._engine.gate, self._writers
         if conn.in_transaction:
             raise _errors.TransactionOpen()
         if gate.waiting:
             gate.hold(_busy.BUSY_TIMEOUT)
-        writers = self._engine.writers
-        _enter(writers)
+        if writers is not None and not writers.enter():
+            raise _errors.DatabaseBusy(
+                "another thread of this process held a write transaction for "
+                f"{_busy.WRITERS_WAIT:g} s"
+            )
         try:
             _begin(conn, self._engine.namespace)
         except BaseException:
-            writers.leave()
+            if writers is not None:
+                writers.leave()
             raise
         return conn
 
@@ -408,7 +392,8 @@ class _Flat:
                     conn.execute("ROLLBACK")
                 raise _storage_error(conn, self._engine.namespace, exc) from exc
         finally:
-            self._engine.writers.leave()
+            if self._writers is not None:
+                self._writers.leave()
 
 
 class _Reserved:
@@ -441,14 +426,6 @@ class _Reserved:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-
-
-def _enter(writers: _busy.Writers | None) -> None:
-    """This thread's turn for a store transaction (None: no turns to take)."""
-    if writers is not None and not writers.enter():
-        raise _errors.DatabaseBusy(
-            f"another thread of this process held a write transaction for {_busy.WRITERS_WAIT:g} s"
-        )
 
 
 def _begin(conn: apsw.Connection, namespace: str) -> None:
