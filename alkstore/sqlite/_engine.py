@@ -363,14 +363,14 @@ class _Flat:
         conn, gate, writers = self._conn, self._engine.gate, self._writers
         if conn.in_transaction:
             raise _errors.TransactionOpen()
-        if gate.waiting:
-            gate.hold(_busy.BUSY_TIMEOUT)
         if writers is not None and not writers.enter():
             raise _errors.DatabaseBusy(
                 "another thread of this process held a write transaction for "
                 f"{_busy.WRITERS_WAIT:g} s"
             )
         try:
+            if gate.waiting:  # after the turn, which may have taken long: a lease
+                gate.hold(_busy.BUSY_TIMEOUT)  # renewal waiting now goes first (ADR 0012)
             _begin(conn, self._engine.namespace)
         except BaseException:
             if writers is not None:
