@@ -6,11 +6,9 @@ Every alkstore connection gets a `BusyWait` handler, and BEGIN/COMMIT go through
 
 from __future__ import annotations
 
-import os
 import random
 import threading
 import time
-import weakref
 from collections.abc import Callable
 
 import apsw
@@ -56,45 +54,9 @@ class Gate:
             self._cond.wait_for(lambda: self.waiting == 0, timeout)
 
 
-WRITERS_WAIT = BUSY_TIMEOUT + 30.0  # seconds: the busy handler's wait, then the retries'
-
-
-class Writers:
-    """This process's store transactions, one at a time (ADR 0001, addendum 2026-12-01c).
-
-    Threads of one process that open store transactions at once (a worker's handlers)
-    would each wait for SQLite's write lock in the busy handler, a Python callback that
-    takes the GIL every 0.2-1 ms: the thread holding the lock then waits for the GIL
-    after each of its statements, and holds the lock the longer. Here they wait on a
-    lock that costs nothing while it waits; the one that gets it waits in the busy
-    handler only for other processes and this one's own claims and acks. Waiting
-    longer than a BEGIN waited before (WRITERS_WAIT) is DatabaseBusy."""
-
-    __slots__ = ("__weakref__", "_lock")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        _WRITERS.add(self)
-
-    def enter(self) -> bool:
-        """False: not our turn within WRITERS_WAIT."""
-        return self._lock.acquire(timeout=WRITERS_WAIT)
-
-    def leave(self) -> None:
-        self._lock.release()
-
-
-_WRITERS: weakref.WeakSet[Writers] = weakref.WeakSet()
-
-
-def _after_fork() -> None:
-    """A child process starts with every turn free: a lock a thread of the parent held
-    at the fork would otherwise stay taken in the child, with no thread to free it."""
-    for writers in list(_WRITERS):
-        writers._lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_after_fork)
+# seconds a store transaction waits for this process's turn to write (sqlite/_group.py)
+# before DatabaseBusy: the busy handler's wait, then the retries'
+WRITERS_WAIT = BUSY_TIMEOUT + 30.0
 
 
 class BusyWait:

@@ -22,7 +22,11 @@ from typing import Any, Literal
 import apsw
 
 from alkstore import _engine, _errors, _events, _sql, _wake
-from alkstore.sqlite import _busy, _watch
+from alkstore.sqlite import _busy, _group, _watch
+from alkstore.sqlite._seam import begin as _begin
+from alkstore.sqlite._seam import storage_error as _storage_error
+from alkstore.sqlite._seam import table_exists as _table_exists
+from alkstore.sqlite._seam import translate as _translate
 
 _PACKAGE = "alkstore.sqlite"
 SWEEP_LOCK_TTL_MS = 60_000  # a crashed sweeper's lock row expires after this
@@ -81,7 +85,7 @@ class SqliteEngine:
         self._all_lock = threading.Lock()
         self._wake = _wake.Wake()
         self.gate = _busy.Gate()
-        self.writers = _busy.Writers()  # store transactions on a file, one at a time
+        self.committer = _group.Committer(self)  # store transactions on a file (ADR 0028)
         self._watcher: _watch.Watcher | None = None
         self._closed = threading.Event()
         self._is_closed = False  # the same, read on the hot path without a call
@@ -151,17 +155,30 @@ class SqliteEngine:
             yield conn
 
     def transaction(self) -> AbstractContextManager[apsw.Connection]:
-        """BEGIN IMMEDIATE ... COMMIT. On this thread's open connection to a file (the
-        hot path of `store.transaction()`), a plain context manager: no generators."""
-        local: apsw.Connection | None = None if self._memory else getattr(self._local, "conn", None)
-        if local is None or self._is_closed:
+        """BEGIN IMMEDIATE ... COMMIT: on a file, in this process's group of store
+        transactions (`_group`, ADR 0028); in memory, on the shared connection."""
+        if self._memory:
             return self._transaction()
-        return _Flat(self, local)
+        return _group.Member(self.committer)
 
     @contextmanager
     def _transaction(self) -> Iterator[apsw.Connection]:
-        with self._connection() as conn, _Flat(self, conn) as begun:
-            yield begun
+        with self._connection() as conn:
+            if conn.in_transaction:
+                raise _errors.TransactionOpen()
+            _begin(conn, self._namespace)
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            try:
+                _busy.execute(conn, "COMMIT")
+            except apsw.Error as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise _storage_error(conn, self._namespace, exc) from exc
 
     def committed(self) -> None:
         """Our own transaction committed: the watcher sees files; memory needs a direct fire."""
@@ -347,55 +364,6 @@ class SqliteEngine:
             conn.close()
 
 
-class _Flat:
-    """`transaction()` on a connection, as `run` does it: this process's turn to write (a
-    file's; an in-memory database has one connection and no turns), BEGIN IMMEDIATE on
-    entry, COMMIT on a normal exit, ROLLBACK on an exception."""
-
-    __slots__ = ("_conn", "_engine", "_writers")
-
-    def __init__(self, engine: SqliteEngine, conn: apsw.Connection) -> None:
-        self._engine = engine
-        self._conn = conn
-        self._writers = None if engine._memory else engine.writers
-
-    def __enter__(self) -> apsw.Connection:
-        conn, gate, writers = self._conn, self._engine.gate, self._writers
-        if conn.in_transaction:
-            raise _errors.TransactionOpen()
-        if writers is not None and not writers.enter():
-            raise _errors.DatabaseBusy(
-                "another thread of this process held a write transaction for "
-                f"{_busy.WRITERS_WAIT:g} s"
-            )
-        try:
-            if gate.waiting:  # after the turn, which may have taken long: a lease
-                gate.hold(_busy.BUSY_TIMEOUT)  # renewal waiting now goes first (ADR 0012)
-            _begin(conn, self._engine.namespace)
-        except BaseException:
-            if writers is not None:
-                writers.leave()
-            raise
-        return conn
-
-    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
-        conn = self._conn
-        try:
-            if exc_type is not None:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                return
-            try:
-                _busy.execute(conn, "COMMIT")
-            except apsw.Error as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise _storage_error(conn, self._engine.namespace, exc) from exc
-        finally:
-            if self._writers is not None:
-                self._writers.leave()
-
-
 class _Reserved:
     """A connection of its own, first in line for the write lock (`_busy.Gate`)."""
 
@@ -428,14 +396,6 @@ class _Reserved:
             self._conn = None
 
 
-def _begin(conn: apsw.Connection, namespace: str) -> None:
-    """BEGIN IMMEDIATE; a lock held past every retry is DatabaseBusy, not apsw's error."""
-    try:
-        _busy.execute(conn, "BEGIN IMMEDIATE")
-    except apsw.Error as exc:
-        raise _storage_error(conn, namespace, exc) from exc
-
-
 def _run_begun(
     conn: apsw.Connection, namespace: str, query: str, bind: Binder | None, params: dict[str, Any]
 ) -> list[tuple[Any, ...]]:
@@ -462,31 +422,3 @@ def _version(conn: apsw.Connection, namespace: str) -> int | None:
         return None
     value = conn.execute(_sql.queries(_PACKAGE, namespace)["schema_version"]).fetchall()[0][0]
     return None if value is None else int(value)
-
-
-def _table_exists(conn: apsw.Connection, table: str) -> bool:
-    query = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?"
-    return bool(conn.execute(query, (table,)).fetchall()[0][0])
-
-
-def _storage_error(conn: apsw.Connection, namespace: str, exc: apsw.Error) -> _errors.AlkstoreError:
-    """The alkstore error for an apsw error (a missing table means not migrated; a busy
-    database is DatabaseBusy, which says the transaction can be retried)."""
-    if isinstance(exc, apsw.BusyError):
-        return _errors.DatabaseBusy(str(exc))
-    if isinstance(exc, apsw.ReadOnlyError | apsw.PermissionsError | apsw.AuthError):
-        return _errors.PermanentError(f"{type(exc).__name__}: {exc}")  # no retry fixes it
-    if isinstance(exc, apsw.SQLError):
-        tables = (f"{namespace}__events", f"{namespace}__jobs")
-        if not all(_table_exists(conn, table) for table in tables):
-            return _errors.NotMigrated()
-    return _errors.StorageError(str(exc))
-
-
-@contextmanager
-def _translate(conn: apsw.Connection, namespace: str) -> Iterator[None]:
-    """Stop apsw errors at the seam."""
-    try:
-        yield
-    except apsw.Error as exc:
-        raise _storage_error(conn, namespace, exc) from exc

@@ -10,6 +10,7 @@ import apsw
 
 from alkstore import _engine, _errors, _sql
 from alkstore.sqlite import _engine as _sqlite
+from alkstore.sqlite import _seam
 
 _PACKAGE = "alkstore.sqlite"
 
@@ -22,7 +23,7 @@ def insert_rows(conn: apsw.Connection, namespace: str, rows: Sequence[_engine.Ev
         else:
             conn.executemany(query, rows)
     except apsw.Error as exc:
-        raise _sqlite._storage_error(conn, namespace, exc) from exc
+        raise _seam.storage_error(conn, namespace, exc) from exc
 
 
 def _check(conn: apsw.Connection, namespace: str, what: str) -> None:
@@ -32,7 +33,7 @@ def _check(conn: apsw.Connection, namespace: str, what: str) -> None:
             f"(BEGIN, or `with conn:`); alkstore never autocommits an {what}"
         )
     if namespace not in _checked.get(conn, ()):
-        with _sqlite._translate(conn, namespace):
+        with _seam.translate(conn, namespace):
             found = _sqlite._version(conn, namespace)
         _sql.check_version(_PACKAGE, found)
         _checked.setdefault(conn, set()).add(namespace)
@@ -50,7 +51,7 @@ def enqueue_on(
     """`alkstore.enqueue` on an apsw connection the application owns: the named query
     (`enqueue` or `enqueue_dedupe`), its rows (the job id; none for a duplicate)."""
     _check(conn, namespace, "enqueue")
-    with _sqlite._translate(conn, namespace):
+    with _seam.translate(conn, namespace):
         return conn.execute(_sql.queries(_PACKAGE, namespace)[name], params).fetchall()
 
 

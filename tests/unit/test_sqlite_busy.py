@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
 import threading
 from pathlib import Path
 
@@ -140,20 +139,3 @@ def test_a_turn_not_given_within_the_wait_is_database_busy(
         assert store.queue("q").stats().ready == 2
     finally:
         store.close()
-
-
-def test_a_child_process_starts_with_every_turn_free(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A turn a parent's thread held at a fork is free in the child (no thread of the
-    child could give it back)."""
-    monkeypatch.setattr(_busy, "WRITERS_WAIT", 0.5)
-    writers = _busy.Writers()
-    assert writers.enter()
-    try:
-        pid = os.fork()
-        if pid == 0:  # the child: report and leave at once
-            os._exit(0 if writers.enter() else 1)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
-        assert not writers.enter(), "the parent's turn is still taken"
-    finally:
-        writers.leave()
