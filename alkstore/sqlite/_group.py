@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 GROUP_MAX = 64  # transactions committed together at most
 GROUP_AGE = 0.005  # seconds: a group older than this commits at its next member's end
 ORPHAN_CHECK = 0.05  # seconds: how often a waiting member makes sure someone will commit
-SAVEPOINT = "SAVEPOINT alkstore_tx"
 _DEFERRED_FKS = apsw.SQLITE_DBSTATUS_DEFERRED_FKS
+_UNDO = "ROLLBACK TO alkstore_tx; RELEASE alkstore_tx"
 
 
 class _Group:
@@ -48,7 +48,8 @@ class _Group:
 
     def __init__(self) -> None:
         self.born = time.monotonic()
-        self.done = threading.Event()
+        self.done = threading.Lock()  # held until the group ends (cheaper than an Event)
+        self.done.acquire()
         self.error: BaseException | None = None
         self.members = 0  # ended without an exception: their writes wait for the commit
 
@@ -64,9 +65,6 @@ class Committer:
         self._group: _Group | None = None
         _COMMITTERS.add(self)
 
-    def transaction(self) -> Member:
-        return Member(self)
-
     def _take(self) -> None:
         ident = threading.get_ident()
         self._waiting.add(ident)
@@ -80,8 +78,9 @@ class Committer:
                 f"{_busy.WRITERS_WAIT:g} s"
             )
 
-    def _begin(self) -> tuple[apsw.Connection, _Group]:
-        """With the turn: the open group (or a new one), a savepoint for the member."""
+    def _begin(self) -> tuple[apsw.Connection, _Group, bool]:
+        """With the turn: the open group and a savepoint in it (joined), or a new group
+        (BEGIN IMMEDIATE: its first member needs no savepoint)."""
         engine = self._engine
         conn = self._conn
         if conn is None:
@@ -95,41 +94,46 @@ class Committer:
                 engine.gate.hold(_busy.BUSY_TIMEOUT)
             _begin(conn, engine.namespace)
             group = self._group = _Group()
+            return conn, group, False
         try:
-            conn.execute(SAVEPOINT)
+            conn.execute("SAVEPOINT alkstore_tx")
         except apsw.Error as exc:
-            self._fail(group, exc)
-            raise _storage_error(conn, engine.namespace, exc) from exc
-        return conn, group
+            error = _storage_error(conn, engine.namespace, exc)
+            self._fail(group, error)
+            raise error from exc
+        return conn, group, True
 
-    def _end(self, group: _Group, ok: bool) -> BaseException | None:
-        """With the turn: end the member's savepoint (`ok`: keep its writes). Returns the
-        member's error (its writes are gone) or None."""
+    def _end(self, group: _Group, ok: bool, joined: bool) -> tuple[BaseException | None, bool]:
+        """With the turn: end a member (`ok`: keep its writes). Returns the member's own
+        error (its writes are gone) and whether it handed the open group on."""
         conn = self._conn
         assert conn is not None
+        error: BaseException | None = None
         try:
             if ok and conn.status(_DEFERRED_FKS)[0]:  # COMMIT would fail for every member
                 ok = False
-                error: BaseException | None = _errors.StorageError(
+                error = _errors.StorageError(
                     "FOREIGN KEY constraint failed (a deferred foreign key of this transaction)"
                 )
-            else:
-                error = None
-            if conn.in_transaction:  # SQLite may have rolled all back (an I/O error, a full disk)
-                if not ok:
-                    conn.execute("ROLLBACK TO alkstore_tx")
-                conn.execute("RELEASE alkstore_tx")
+            if ok:
+                group.members += 1
+            elif conn.in_transaction:  # the first member's writes are all there is
+                conn.execute(_UNDO if joined else "ROLLBACK")
+            if conn.in_transaction and self._hand_on(group):
+                if ok and joined:
+                    conn.execute("RELEASE alkstore_tx")
+                return error, True
         except apsw.Error as exc:
             error = _storage_error(conn, self._engine.namespace, exc)
-            ok = False
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-        if not conn.in_transaction:  # the members before this one lost their writes too
+            self._fail(group, error)
+            return error, False
+        if conn.in_transaction:
+            self._commit(group)  # COMMIT ends the open savepoint too
+        elif group.members:  # SQLite rolled back (an I/O error, a full disk): everyone's
             self._fail(group, error or _errors.StorageError("SQLite rolled the transaction back"))
-            return error or group.error
-        if ok:
-            group.members += 1
-        return error
+        else:
+            self._close(group)
+        return error, False
 
     def _hand_on(self, group: _Group) -> bool:
         """With the turn: leave the group open for a thread that waits for the turn?"""
@@ -153,28 +157,31 @@ class Committer:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             group.error = _storage_error(conn, self._engine.namespace, exc)
-        self._group = None
-        group.done.set()
+        self._close(group)
 
     def _fail(self, group: _Group, error: BaseException) -> None:
         conn = self._conn
         if conn is not None and conn.in_transaction:
             conn.execute("ROLLBACK")
         group.error = error
+        self._close(group)
+
+    def _close(self, group: _Group) -> None:
         if self._group is group:
             self._group = None
-        group.done.set()
+            group.done.release()
 
     def _wait(self, group: _Group) -> None:
-        """Without the turn: until the group committed. A thread that waited for the turn
-        takes it and ends the group; if none did (it timed out), commit it here."""
-        while not group.done.wait(ORPHAN_CHECK):
+        """Without the turn: until the group ended. A thread that waited for the turn
+        takes it and ends the group; if none did (it timed out), end it here."""
+        while not group.done.acquire(timeout=ORPHAN_CHECK):
             if self._turn.acquire(blocking=False):
                 try:
                     if self._group is group:
                         self._commit(group)
                 finally:
                     self._turn.release()
+        group.done.release()  # for the other members
 
     def after_fork(self) -> None:
         """In a child process: a fresh turn; the parent's connection is not ours to use."""
@@ -187,10 +194,10 @@ class Committer:
 
 
 class Member:
-    """`engine.transaction()` on a file: the thread's turn, a savepoint in the open group
-    (or BEGIN IMMEDIATE), and at the end the group's commit."""
+    """`engine.transaction()` on a file: the thread's turn, then BEGIN IMMEDIATE or a
+    savepoint in the open group; at the end the group's commit."""
 
-    __slots__ = ("_committer", "_group", "_saved")
+    __slots__ = ("_committer", "_group", "_joined", "_saved")
 
     def __init__(self, committer: Committer) -> None:
         self._committer = committer
@@ -206,7 +213,7 @@ class Member:
             raise _errors.AlkstoreError("the store is closed")
         committer._take()
         try:
-            conn, self._group = committer._begin()
+            conn, self._group, self._joined = committer._begin()
         except BaseException:
             committer._turn.release()
             raise
@@ -219,13 +226,7 @@ class Member:
         committer._engine._local.conn = self._saved
         group = self._group
         try:
-            error = committer._end(group, exc_type is None)
-            if error is None and committer._hand_on(group):
-                handed = True
-            else:
-                handed = False
-                if committer._group is group:
-                    committer._commit(group)
+            error, handed = committer._end(group, exc_type is None, self._joined)
         finally:
             committer._turn.release()
         if exc_type is not None:
@@ -234,8 +235,10 @@ class Member:
             raise error
         if handed:
             committer._wait(group)
-        if group.error is not None:
-            raise _again(group.error) from group.error
+            if group.error is not None:
+                raise _again(group.error) from group.error
+        elif group.error is not None:
+            raise group.error
 
 
 def _again(error: BaseException) -> BaseException:

@@ -141,6 +141,20 @@ def test_one_commit_for_the_group_and_a_failing_member_loses_only_its_writes(
     assert commits.sizes == [2], "the two members that kept their writes committed once"
 
 
+def test_a_failing_first_member_leaves_the_next_one_a_fresh_transaction(
+    store: alkstore.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commits = Commits(monkeypatch)
+
+    def fail() -> None:
+        raise RuntimeError("first fails")
+
+    results = in_a_group(store, fail, [member(store, "b"), member(store, "c")])
+    assert isinstance(results[0], RuntimeError) and results[1:] == [None, None]
+    assert committed(store) == {"b", "c"}
+    assert commits.sizes == [2]
+
+
 def test_a_group_older_than_group_age_commits_at_its_next_members_end(
     store: alkstore.Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
