@@ -271,13 +271,15 @@ class SqliteEngine:
 
     def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         # The hot path (claim, ack, enqueue): one flat BEGIN IMMEDIATE ... COMMIT on this
-        # thread's connection, without the context managers of transaction().
-        local: apsw.Connection | None = None if self._memory else getattr(self._local, "conn", None)
-        if local is None or self._is_closed:
-            with self.transaction() as conn:
-                return self.run_in(conn, name, params)
-        conn = local
-        if conn.in_transaction:
+        # thread's connection, without the context managers of transaction(), and outside
+        # the group commit of store transactions (ADR 0028): these wait in the busy handler.
+        if self._memory or self._is_closed:
+            with self.transaction() as begun:
+                return self.run_in(begun, name, params)
+        conn: apsw.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._open()
+        if conn.in_transaction:  # inside a store transaction: the writer connection
             raise _errors.TransactionOpen()
         query, bind = self._positional[name]
         if self.gate.waiting:

@@ -295,6 +295,40 @@ def test_transactions_and_store_calls_inside_a_transaction_are_transaction_open(
     assert store.queue("q").enqueue(2) > 0  # outside: this thread's own connection again
 
 
+def test_claims_acks_and_enqueues_keep_their_own_connections(tmp_path: Path) -> None:
+    """The one-statement transactions of `Engine.run` (a claim loop's claims, the ack
+    batcher's acks, `queue.enqueue`) are not group members: a thread that only makes
+    those opens its own connection and never takes the turn."""
+    store = alkstore.connect(f"sqlite:///{tmp_path / 'own.db'}")
+    try:
+        store.migrate()
+        owner = committer(store)
+        engine = store._runtime.engine
+        assert isinstance(engine, SqliteEngine)
+        seen: dict[str, object] = {}
+
+        def producer() -> None:
+            queue = store.queue("q")
+            queue.enqueue(1)
+            job = queue.claim()
+            assert job is not None
+            job.ack()
+            seen["conn"] = getattr(engine._local, "conn", None)
+
+        owner._turn.acquire()  # a store transaction of another thread holds the turn
+        try:
+            thread = threading.Thread(target=producer)
+            thread.start()
+            thread.join(10)
+        finally:
+            owner._turn.release()
+        assert not thread.is_alive(), "the producer waited for the turn"
+        assert isinstance(seen["conn"], apsw.Connection)
+        assert seen["conn"] is not owner._conn
+    finally:
+        store.close()
+
+
 def test_threads_with_random_failures_commit_exactly_the_blocks_that_ended_well(
     store: alkstore.Store,
 ) -> None:
