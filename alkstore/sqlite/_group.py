@@ -4,9 +4,10 @@ Every store transaction of an engine runs on one writer connection, one at a tim
 turn: a thread waits on a lock, not in SQLite's busy handler, ADR 0001 addendum
 2026-12-01c). A transaction that ends while other threads wait for the turn does not
 commit: it releases its savepoint, hands the still open SQLite transaction to the next
-thread, and waits; the last one of the group commits for all. Each member's block runs
-inside a SAVEPOINT of its own, so an exception rolls back that member's writes only, and
-`with store.transaction()` returns only once its writes are committed. Members of a group
+thread, and waits; the last one of the group commits for all. The group's first member
+begins it (BEGIN IMMEDIATE), every later one runs inside a SAVEPOINT of its own, so an
+exception rolls back that member's writes only, and `with store.transaction()` returns
+only once its writes are committed. Members of a group
 see the writes of the members before them, which commit with theirs or fail with them:
 the group is a serial order of the transactions, committed at once (one commit, one WAL
 write of the pages they share, instead of one per transaction).
@@ -119,15 +120,16 @@ class Committer:
                 group.members += 1
             elif conn.in_transaction:  # the first member's writes are all there is
                 conn.execute(_UNDO if joined else "ROLLBACK")
-            if conn.in_transaction and self._hand_on(group):
+            still_open = conn.in_transaction
+            if still_open and self._hand_on(group):
                 if ok and joined:
                     conn.execute("RELEASE alkstore_tx")
                 return error, True
-        except apsw.Error as exc:
+        except apsw.Error as exc:  # the connection broke (or the store was closed)
             error = _storage_error(conn, self._engine.namespace, exc)
             self._fail(group, error)
             return error, False
-        if conn.in_transaction:
+        if still_open:
             self._commit(group)  # COMMIT ends the open savepoint too
         elif group.members:  # SQLite rolled back (an I/O error, a full disk): everyone's
             self._fail(group, error or _errors.StorageError("SQLite rolled the transaction back"))
@@ -154,15 +156,13 @@ class Committer:
             else:
                 conn.execute("ROLLBACK")
         except apsw.Error as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
             group.error = _storage_error(conn, self._engine.namespace, exc)
+            _rollback(conn)
         self._close(group)
 
     def _fail(self, group: _Group, error: BaseException) -> None:
-        conn = self._conn
-        if conn is not None and conn.in_transaction:
-            conn.execute("ROLLBACK")
+        if self._conn is not None:
+            _rollback(self._conn)
         group.error = error
         self._close(group)
 
@@ -239,6 +239,15 @@ class Member:
                 raise _again(group.error) from group.error
         elif group.error is not None:
             raise group.error
+
+
+def _rollback(conn: apsw.Connection) -> None:
+    """ROLLBACK if a transaction is open; a closed or broken connection commits nothing."""
+    try:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+    except apsw.Error:
+        pass
 
 
 def _again(error: BaseException) -> BaseException:

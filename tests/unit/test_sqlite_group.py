@@ -295,6 +295,19 @@ def test_transactions_and_store_calls_inside_a_transaction_are_transaction_open(
     assert store.queue("q").enqueue(2) > 0  # outside: this thread's own connection again
 
 
+def test_a_store_closed_under_a_transaction_fails_it_with_a_storage_error(
+    tmp_path: Path,
+) -> None:
+    store = alkstore.connect(f"sqlite:///{tmp_path / 'closed.db'}")
+    store.migrate()
+    with pytest.raises(alkstore.StorageError), store.transaction() as tx:
+        tx.enqueue("q", 1)
+        store.close()
+    assert not committer(store)._turn.locked()
+    with pytest.raises(alkstore.AlkstoreError, match="closed"), store.transaction():
+        pass
+
+
 def test_claims_acks_and_enqueues_keep_their_own_connections(tmp_path: Path) -> None:
     """The one-statement transactions of `Engine.run` (a claim loop's claims, the ack
     batcher's acks, `queue.enqueue`) are not group members: a thread that only makes
