@@ -6,7 +6,9 @@ replaces that job in place (its id is kept; payload, options and run time are th
 job's; attempts and history start over). With `delay=window` that is a debounce: every
 enqueue within the window pushes the run back and keeps the newest payload. A job a
 worker holds (running, or prefetched) is not touched: it gives up its key and the new
-job is inserted beside it (graphile-worker's job_key_mode=replace does the same).
+job is inserted beside it (graphile-worker's job_key_mode=replace does the same). In an
+ordered queue a waiting job of another key (the new job names another group) is deleted
+and the new job inserted in its own key's order, behind that key's head (a new id).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ def replace_in(engine: _engine.Engine, conn: Any, params: dict[str, Any]) -> int
         if rows:
             return int(rows[0][0])
         engine.run_in(conn, "release_key", params)  # a worker holds the key's job
+        engine.run_in(conn, "drop_moved", params)  # a waiting job in another key's order
         rows = engine.run_in(conn, "enqueue_dedupe", params)
         if rows:
             return int(rows[0][0])

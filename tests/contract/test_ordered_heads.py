@@ -62,17 +62,43 @@ def test_an_ignored_duplicate_in_a_batch_leaves_the_next_job_the_head(
     assert first_round(q) == [("g1", "a"), ("g2", "c")]
 
 
-def test_a_replacing_enqueue_of_another_keys_job_is_not_its_keys_head(
+def test_a_replacing_enqueue_in_another_key_moves_the_job_to_that_keys_order(
+    hstore: alkstore.Store,
+) -> None:
+    """The job with the dedupe key waits in g1; a replacing enqueue names g2: the job
+    leaves g1 (deleted, a new id) and is ordered in g2, ahead of g2's later job."""
+    q = ordered(hstore)
+    old = q.jobs()[0].id
+    moved = q.enqueue("b", group="g2", dedupe_key="d", on_duplicate="replace")
+    assert moved is not None and moved != old
+    q.enqueue("c", group="g2")
+    states = {i.id: (i.key, i.state) for i in q.jobs()}
+    assert len(states) == 2 and states[moved] == ("g2", "ready")
+    assert first_round(q) == [("g2", "b")]  # c waits behind it: one key, one at a time
+
+
+def test_a_head_replaced_into_another_key_hands_its_key_to_the_next_job(
+    hstore: alkstore.Store,
+) -> None:
+    q = ordered(hstore)  # "a" heads g1, holding dedupe key d
+    q.enqueue("a2", group="g1")  # held behind it
+    q.enqueue("x", group="g2")  # g2's head
+    moved = q.enqueue("b", group="g2", dedupe_key="d", on_duplicate="replace")
+    states = {i.raw_payload: (i.key, i.state) for i in q.jobs()}
+    assert states == {"a2": ("g1", "ready"), "x": ("g2", "ready"), "b": ("g2", "held")}
+    assert first_round(q) == [("g1", "a2"), ("g2", "x")]
+    assert q.get(moved) is not None
+    assert q.enqueue("b2", group="g2", dedupe_key="d", on_duplicate="replace") == moved
+
+
+def test_a_replace_within_the_same_key_keeps_the_job_and_its_place(
     hstore: alkstore.Store,
 ) -> None:
     q = ordered(hstore)
-    replaced = q.enqueue("b", group="g2", dedupe_key="d", on_duplicate="replace")
-    q.enqueue("c", group="g2")
-    states = {i.id: i.state for i in q.jobs()}
-    assert len(states) == 2 and states[replaced] == "ready"
-    # (the replaced job keeps its place in g1's order; its key reads g2, the key the
-    # replacing enqueue gave it)
-    assert sorted(job.raw_payload for job in q.claim_many(10)) == ["b", "c"]
+    q.enqueue("a2", group="g1")
+    old = q.jobs()[0].id
+    assert q.enqueue("a-new", group="g1", dedupe_key="d", on_duplicate="replace") == old
+    assert first_round(q) == [("g1", "a-new")]
 
 
 def test_a_key_emptied_and_filled_again_gets_a_head(hstore: alkstore.Store) -> None:

@@ -36,6 +36,7 @@ ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO UPDATE SET
     key = excluded.key, position = excluded.position, headers = excluded.headers,
     payload = excluded.payload, progress = NULL, history = '[]', claimed_for = NULL
 WHERE jobs.lease_token IS NULL AND jobs.visible_at <> {parked}
+  AND jobs.grp IS NOT DISTINCT FROM excluded.grp
 RETURNING id
 
 -- name: release_key
@@ -44,6 +45,16 @@ RETURNING id
 UPDATE {ns}.jobs SET dedupe_key = NULL
 WHERE queue = %(queue)s AND dedupe_key = %(dedupe_key)s
   AND (lease_token IS NOT NULL OR visible_at = {parked})
+RETURNING id
+
+-- name: drop_moved
+-- A waiting job that holds the dedupe key in another key's order (an ordered queue, docs/adr/0021:
+-- the replacing enqueue names another group). Replaced in place it would stay in the old key's
+-- order, so it is deleted (the old key's next job becomes its head, as on a cancel) and the new
+-- job is inserted in its own key's order.
+DELETE FROM {ns}.jobs
+WHERE queue = %(queue)s AND dedupe_key = %(dedupe_key)s AND lease_token IS NULL
+  AND visible_at <> {parked} AND grp IS DISTINCT FROM {ordered_key}
 RETURNING id
 
 -- name: ack_fenced

@@ -28,7 +28,7 @@ ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO UPDATE SET
     max_attempts = excluded.max_attempts, backoff = excluded.backoff, type = excluded.type,
     key = excluded.key, position = excluded.position, headers = excluded.headers,
     payload = excluded.payload, progress = NULL, history = '[]', claimed_for = NULL
-WHERE lease_token IS NULL AND visible_at <> {parked}
+WHERE lease_token IS NULL AND visible_at <> {parked} AND grp IS excluded.grp
 RETURNING id
 
 -- name: release_key
@@ -37,6 +37,16 @@ RETURNING id
 UPDATE {ns}__jobs SET dedupe_key = NULL
 WHERE queue = :queue AND dedupe_key = :dedupe_key
   AND (lease_token IS NOT NULL OR visible_at = {parked})
+RETURNING id
+
+-- name: drop_moved
+-- A waiting job that holds the dedupe key in another key's order (an ordered queue, docs/adr/0021:
+-- the replacing enqueue names another group). Replaced in place it would stay in the old key's
+-- order, so it is deleted (the old key's next job becomes its head, as on a cancel) and the new
+-- job is inserted in its own key's order.
+DELETE FROM {ns}__jobs
+WHERE queue = :queue AND dedupe_key = :dedupe_key AND lease_token IS NULL
+  AND visible_at <> {parked} AND grp IS NOT {ordered_key}
 RETURNING id
 
 -- name: ack_fenced
