@@ -42,7 +42,7 @@ import psycopg
 
 import alkstore
 from alkstore import _queue, _sql
-from alkstore.sqlite._engine import configure, positional
+from alkstore.sqlite._seam import configure, positional
 from bench._common import base_parser, git_commit, load_average, make_backend
 from tests import claim_walk
 

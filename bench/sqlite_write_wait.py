@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
 import apsw
 
 from alkstore.sqlite import _busy
-from alkstore.sqlite import _engine as _sqlite
+from alkstore.sqlite import _seam as _sqlite
 from bench import tx_ack
 from bench._common import Metric, Run, base_parser, make_backend, progress
 

@@ -11,7 +11,6 @@ user code.
 from __future__ import annotations
 
 import os
-import re
 import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -22,8 +21,9 @@ from typing import Any, Literal
 import apsw
 
 from alkstore import _engine, _errors, _events, _sql, _wake
-from alkstore.sqlite import _busy, _group, _watch
+from alkstore.sqlite import _busy, _group, _seam, _watch
 from alkstore.sqlite._seam import begin as _begin
+from alkstore.sqlite._seam import positional
 from alkstore.sqlite._seam import storage_error as _storage_error
 from alkstore.sqlite._seam import table_exists as _table_exists
 from alkstore.sqlite._seam import translate as _translate
@@ -33,41 +33,9 @@ SWEEP_LOCK_TTL_MS = 60_000  # a crashed sweeper's lock row expires after this
 _UNIQUE = apsw.mapping_extended_result_codes["SQLITE_CONSTRAINT_UNIQUE"]
 BULK_MIN = 8  # jobs from which insert_jobs beats one INSERT per job (docs/adr/0013)
 
-# a string literal or a comment (both kept as they are), or a `:name` parameter
-_NAMED = re.compile(r"'(?:[^']|'')*'|--[^\n]*|(?<![:\w]):([A-Za-z_]\w*)")
-_PROSE = re.compile(r"'(?:[^']|'')*'|--[^\n]*")  # string literals and comments
-
-Binder = _sql.Binder
-
-
-def positional(query: str) -> tuple[str, Binder | None]:
-    """`:name` parameters -> numbered `?N` ones, and a binder from the params dict.
-
-    apsw binds a dict by building a str for every parameter name and hashing it,
-    on every execution; `itemgetter` on the interned keys costs a fraction of that
-    (docs/performance.md). Queries without named parameters, and scripts of several
-    statements (apsw hands positional values out statement by statement), are left
-    alone; a `;` or `:` in a comment or a string literal counts for neither."""
-    code = _PROSE.sub("", query)
-    if ";" in code or ":" not in code:
-        return query, None
-    return _sql.numbered(query, _NAMED, "?")
-
 
 def _datetime(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, UTC)
-
-
-def configure(conn: apsw.Connection, gate: _busy.Gate | None = None) -> None:
-    """Settings every alkstore SQLite connection uses (`gate`: defer to reserved ones)."""
-    conn.set_busy_handler(_busy.BusyWait(gate=gate))
-    # The query planner stability guarantee: a plan never depends on bound values. Without
-    # it SQLite compiled the claim again before every run (its `LIMIT :n`, its `queue =
-    # :queue` beside the partial indexes): ~20 us of a 25 us claim (docs/adr/0006, addendum
-    # of 2026-12-01). The plans the tests pin are the plans every run uses.
-    conn.config(apsw.SQLITE_DBCONFIG_ENABLE_QPSG, 1)
-    conn.execute("PRAGMA synchronous = NORMAL")
-    conn.execute("PRAGMA foreign_keys = ON")
 
 
 class SqliteEngine:
@@ -124,7 +92,7 @@ class SqliteEngine:
         except apsw.Error as exc:
             message = f"cannot open SQLite database {self._path!r}: {exc}"
             raise _errors.StorageError(message) from exc
-        configure(conn, None if reserved else self.gate)
+        _seam.configure(conn, None if reserved else self.gate)
         with self._all_lock:
             self._all.add(conn)
         return conn
@@ -399,7 +367,11 @@ class _Reserved:
 
 
 def _run_begun(
-    conn: apsw.Connection, namespace: str, query: str, bind: Binder | None, params: dict[str, Any]
+    conn: apsw.Connection,
+    namespace: str,
+    query: str,
+    bind: _sql.Binder | None,
+    params: dict[str, Any],
 ) -> list[tuple[Any, ...]]:
     """Run one query in the write transaction just begun on `conn`, and commit it."""
     try:

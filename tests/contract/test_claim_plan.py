@@ -20,7 +20,7 @@ import pytest
 
 import alkstore
 from alkstore import _queue, _sql
-from alkstore.sqlite._engine import configure
+from alkstore.sqlite._seam import configure
 from tests.conftest import Backend
 
 SMALL = 200  # delayed jobs beside the ready ones, then

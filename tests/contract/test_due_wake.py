@@ -22,7 +22,7 @@ import pytest
 import alkstore
 import relay
 from alkstore import Job, _queue, _sql
-from alkstore.sqlite._engine import configure
+from alkstore.sqlite._seam import configure
 from tests.conftest import Backend
 from tests.worker_support import running, wait_until
 

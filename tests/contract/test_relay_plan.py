@@ -18,7 +18,7 @@ import psycopg
 
 import alkstore
 from alkstore import _sql
-from alkstore.sqlite._engine import configure
+from alkstore.sqlite._seam import configure
 from tests.conftest import Backend
 
 LOG = 200_000

@@ -17,7 +17,7 @@ import psycopg
 
 import alkstore
 from alkstore import _maintenance, _sql
-from alkstore.sqlite._engine import configure
+from alkstore.sqlite._seam import configure
 from tests.conftest import Backend
 from tests.events import OrderPlaced
 

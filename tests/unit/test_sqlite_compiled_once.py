@@ -18,7 +18,7 @@ import pytest
 
 import alkstore
 from alkstore import _queue, _sql
-from alkstore.sqlite._engine import configure, positional
+from alkstore.sqlite._seam import configure, positional
 
 NS = "t"
 # the worker's statements, with values that make each do its work

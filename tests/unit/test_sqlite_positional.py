@@ -6,7 +6,7 @@ import apsw
 import pytest
 
 from alkstore import _sql
-from alkstore.sqlite._engine import _NAMED, positional
+from alkstore.sqlite._seam import _NAMED, positional
 
 
 def test_repeated_names_share_one_number_and_the_binder_follows_first_use() -> None:
