@@ -1,7 +1,9 @@
 """The SQLite engine, through apsw.
 
-Connections: one per thread for a file (WAL mode lets readers run beside the
-single writer); one shared connection behind a lock for `:memory:`.
+Connections, for a file: one per thread for reads and the one-statement transactions
+of `run` (claims, acks, enqueues; WAL mode lets readers run beside the single writer),
+and one writer connection for store transactions, committed in groups (`_group`, ADR
+0028); for `:memory:`, one shared connection behind a lock.
 Write transactions start with BEGIN IMMEDIATE so a writer never fails on a
 read-to-write upgrade; a busy handler that retries every few milliseconds
 (`_busy`) plus a jittered tenacity retry keeps "database is locked" away from

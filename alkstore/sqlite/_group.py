@@ -7,10 +7,10 @@ commit: it releases its savepoint, hands the still open SQLite transaction to th
 thread, and waits; the last one of the group commits for all. The group's first member
 begins it (BEGIN IMMEDIATE), every later one runs inside a SAVEPOINT of its own, so an
 exception rolls back that member's writes only, and `with store.transaction()` returns
-only once its writes are committed. Members of a group
-see the writes of the members before them, which commit with theirs or fail with them:
-the group is a serial order of the transactions, committed at once (one commit, one WAL
-write of the pages they share, instead of one per transaction).
+only once its writes are committed. Members of a group see the writes of the members
+before them, which commit with theirs or fail with them: the group is a serial order of
+the transactions, committed at once (one commit, one WAL write of the pages they share,
+instead of one per transaction).
 
 A group ends when nobody waits for the turn, at GROUP_MAX members, after GROUP_AGE
 seconds, or when a lease renewal waits for SQLite's write lock (`_busy.Gate`, ADR 0012):
