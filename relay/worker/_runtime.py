@@ -114,7 +114,10 @@ class Worker:
         return register
 
     def stop(self) -> None:
-        """Stop claiming; in-flight jobs get `grace` seconds, then their leases are released."""
+        """Stop claiming; in-flight jobs get `grace` seconds, then their leases are released.
+
+        It ends the run in progress, also one that is still starting (before its row or
+        its threads exist); a stop() while no run() runs does nothing."""
         self._stop.set()
         self.store.engine.wake.fire()  # wake idle dispatchers (a spurious wake for others)
         for wake in self._wakers:
@@ -141,6 +144,7 @@ class Worker:
             raise alkstore.AlkstoreError(
                 "this worker is already running: one run() at a time (make another Worker)"
             )
+        self._stop.clear()  # before anything of the run shows: a stop from now on ends it
         try:
             self._run(names, once)
         finally:
@@ -161,7 +165,6 @@ class Worker:
                 log.warning("could not remove the worker's row (%s); it ages out", exc)
 
     def _serve(self, names: list[str], once: bool, presence: alkstore.Presence) -> None:
-        self._stop.clear()
         self._done.clear()
         self._crash = None
         inflight = self._inflight = _inflight.InFlight()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -50,6 +51,33 @@ def test_a_running_worker_has_a_row_until_it_stops(store: alkstore.Store) -> Non
         assert row.alive and row.seen_ago < 5
         assert row.started_at == row.last_seen
     assert store.workers() == [], "a clean stop removes the row"
+
+
+def test_a_stop_while_the_worker_starts_is_not_lost(
+    store: alkstore.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stop() as soon as the worker's row shows (what an operator's script, or the test
+    above, does) ends the run: the start of the run must not forget it."""
+    ran: list[int] = []
+    worker = relay.Worker(store, concurrency=3, poll=0.2)
+    worker.handler("emails")(lambda job: ran.append(job.payload["n"]))
+    announce = store.worker_presence
+
+    def presence(*args: Any) -> alkstore.Presence:
+        made = announce(*args)
+        worker.stop()  # the row is visible now: a stop may come at any moment
+        return made
+
+    monkeypatch.setattr(store, "worker_presence", presence)
+    thread = threading.Thread(target=worker.run, name="test-worker", daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), "the stop that came while the worker started was lost"
+    assert store.workers() == []
+    monkeypatch.setattr(store, "worker_presence", announce)
+    store.queue("emails").enqueue({"n": 1})
+    worker.run(once=True)  # the stop ended that run only
+    assert ran == [1]
 
 
 def test_run_once_leaves_no_row(store: alkstore.Store) -> None:
