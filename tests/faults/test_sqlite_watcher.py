@@ -48,6 +48,10 @@ def test_without_inotify_the_watcher_warns_and_still_sees_commits(
     caplog.set_level(logging.INFO, logger="alkstore.wake")
     path = str(tmp_path / "rollback-journal.db")
     writer = apsw.Connection(path)
+    # The fallback reads the file every 1 ms, and without WAL a reader's shared lock
+    # keeps a writer from committing meanwhile: wait for it, as alkstore's connections do
+    # (a bare connection fails at once: CI at 66629b4 failed with "database is locked")
+    writer.set_busy_timeout(5000)
     writer.execute("CREATE TABLE t (x)")  # journal_mode=delete: there is no -wal file
     fired = threading.Event()
     watcher = _watch.Watcher(path, fired.set)
