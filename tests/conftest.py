@@ -92,9 +92,13 @@ class Backend:
             store.close()
 
     def raw_connection(self) -> Any:
-        """A connection the application owns (apsw or psycopg, not autocommit)."""
+        """A connection the application owns (apsw or psycopg, not autocommit). On SQLite
+        it waits up to 5 s for the write lock, as an application's connection beside a
+        running worker must (a bare apsw connection fails at once: "database is locked")."""
         if self.name == "sqlite":
-            return apsw.Connection(self.url.removeprefix("sqlite:///"))
+            conn = apsw.Connection(self.url.removeprefix("sqlite:///"))
+            conn.set_busy_timeout(5000)
+            return conn
         return psycopg.connect(self.url)
 
     def drop(self) -> None:

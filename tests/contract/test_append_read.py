@@ -177,7 +177,8 @@ def test_caller_owned_connection_on_a_busy_database_is_a_retryable_error(
     holder, conn = backend.raw_connection(), backend.raw_connection()
     try:
         if backend.name == "sqlite":
-            holder.execute("BEGIN IMMEDIATE")  # the write lock; conn has no busy handler
+            holder.execute("BEGIN IMMEDIATE")  # the write lock
+            conn.set_busy_timeout(200)  # the application's wait for it, as lock_timeout below
             conn.execute("BEGIN")
         else:
             holder.execute(f"LOCK TABLE {ns}.events IN ACCESS EXCLUSIVE MODE")
