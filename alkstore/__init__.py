@@ -37,12 +37,14 @@ from alkstore._jobs import Attempt, DeadLetter, Job, JobInfo, QueueStats, SweepR
 from alkstore._leases import Renewal
 from alkstore._maintenance import Retention
 from alkstore._ops import QueueInfo
-from alkstore._queue import Queue, QueueConfig
+from alkstore._queue import Queue
+from alkstore._queue_config import QueueConfig
 from alkstore._routing import Lease, NotLeader, Replay, Subscription
 from alkstore._schedules import Schedule, Schedules
 from alkstore._sinks import SinkBatch, SinkEvent, SinkSubscription
 from alkstore._status import Holdup, Lag, Status
-from alkstore._store import Log, Store, Transaction, connect
+from alkstore._store import Log, Store, connect
+from alkstore._transaction import Transaction
 from alkstore._wake import Listener
 from alkstore._workers import Presence, WorkerInfo
 

@@ -10,7 +10,17 @@ from typing import Any, Literal, overload
 import apsw
 import psycopg
 
-from alkstore import _checks, _config, _engine, _errors, _events, _owned, _queue, postgres, sqlite
+from alkstore import (
+    _checks,
+    _config,
+    _encoding,
+    _engine,
+    _errors,
+    _events,
+    _owned,
+    postgres,
+    sqlite,
+)
 
 DEFAULT_MAX_PAYLOAD = _checks.DEFAULT_MAX_PAYLOAD
 
@@ -129,7 +139,7 @@ def append(
 
 @dataclass(frozen=True)
 class _Settings:
-    """What encoding a job needs (`_queue.Encoding`): the database's clock, and the limit."""
+    """What encoding a job needs (`_encoding.Encoding`): the database's clock, and the limit."""
 
     max_payload_bytes: int
     clock: Callable[[], float] | None = None  # None: the database's clock
@@ -141,7 +151,7 @@ def enqueue(
     queue: str,
     payload: object,
     *,
-    on_duplicate: _queue.OnDuplicate = ...,
+    on_duplicate: _encoding.OnDuplicate = ...,
     namespace: str | None = ...,
     max_payload_bytes: int = ...,
     **options: Any,
@@ -173,7 +183,7 @@ def enqueue(
     queue: str,
     payload: object,
     *,
-    on_duplicate: _queue.OnDuplicate = "raise",
+    on_duplicate: _encoding.OnDuplicate = "raise",
     namespace: str | None = None,
     max_payload_bytes: int = _checks.DEFAULT_MAX_PAYLOAD,
     **options: Any,
@@ -195,8 +205,8 @@ def enqueue(
     """
     namespace = _config.namespace_or_default(namespace)
     settings = _Settings(_checks.payload_limit(max_payload_bytes))
-    params = _queue.enqueue_params(settings, queue, payload, **options)
-    name = _queue.enqueue_query(params)
+    params = _encoding.enqueue_params(settings, queue, payload, **options)
+    name = _encoding.enqueue_query(params)
     if on_duplicate not in ("raise", "ignore"):
         raise _errors.InvalidArgument(
             f'on_duplicate must be "raise" or "ignore", got {on_duplicate!r}'
@@ -208,7 +218,7 @@ def enqueue(
         rows = sqlite.enqueue_on(target, namespace, name, params)
     else:
         return _enqueue_async(target, namespace, name, params, on_duplicate)
-    return _queue.check_duplicate(rows, params, on_duplicate)
+    return _encoding.check_duplicate(rows, params, on_duplicate)
 
 
 async def _enqueue_async(
@@ -216,8 +226,8 @@ async def _enqueue_async(
     namespace: str,
     name: str,
     params: dict[str, Any],
-    on_duplicate: _queue.OnDuplicate,
+    on_duplicate: _encoding.OnDuplicate,
 ) -> int | None:
     conn = await pending
     rows = await postgres.enqueue_on_async(conn, namespace, name, params)
-    return _queue.check_duplicate(rows, params, on_duplicate)
+    return _encoding.check_duplicate(rows, params, on_duplicate)

@@ -15,7 +15,18 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Generic, Literal, ParamSpec, TypeVar, overload
 
-from alkstore import _atx, _engine, _errors, _jobs, _offload, _queue, _store, _wake
+from alkstore import (
+    _atx,
+    _encoding,
+    _engine,
+    _errors,
+    _jobs,
+    _offload,
+    _queue,
+    _queue_config,
+    _store,
+    _wake,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -148,14 +159,18 @@ class AsyncQueue:
         self, payload: object, *, on_duplicate: Literal["replace"], **options: Any
     ) -> int: ...
     async def enqueue(
-        self, payload: object, *, on_duplicate: _queue.OnDuplicate = "raise", **options: Any
+        self, payload: object, *, on_duplicate: _encoding.OnDuplicate = "raise", **options: Any
     ) -> int | None:
         """`Queue.enqueue`: one job in its own transaction; its id."""
         enqueue: Callable[..., int | None] = self.sync.enqueue  # one call for both overloads
         return await self._store.run(enqueue, payload, on_duplicate=on_duplicate, **options)
 
     async def enqueue_many(
-        self, items: Iterable[object], *, on_duplicate: _queue.OnDuplicate = "raise", **options: Any
+        self,
+        items: Iterable[object],
+        *,
+        on_duplicate: _encoding.OnDuplicate = "raise",
+        **options: Any,
     ) -> list[int | None]:
         """`Queue.enqueue_many`: several jobs in one transaction; their ids."""
         items = list(items)  # an iterator is read here, not on a thread
@@ -184,10 +199,10 @@ class AsyncQueue:
     async def stats(self) -> _jobs.QueueStats:
         return await self._store.run(self.sync.stats)
 
-    async def config(self, *, refresh: bool = False) -> _queue.QueueConfig:
+    async def config(self, *, refresh: bool = False) -> _queue_config.QueueConfig:
         return await self._store.run(self.sync.config, refresh=refresh)
 
-    async def configure(self, **options: Any) -> _queue.QueueConfig:
+    async def configure(self, **options: Any) -> _queue_config.QueueConfig:
         """`Queue.configure(max_attempts=, backoff=, visibility=, dead_retention=)`."""
         return await self._store.run(self.sync.configure, **options)
 

@@ -23,7 +23,7 @@ from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
 import psycopg
 
-from alkstore import _errors, _events, _offload, _queue, _store
+from alkstore import _encoding, _errors, _events, _offload, _store, _transaction
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -61,8 +61,8 @@ class _Held:
 
     def __init__(self, store: _store.Store) -> None:
         self.store = store
-        self.scope: AbstractContextManager[_store.Transaction] | None = None
-        self.tx: _store.Transaction | None = None
+        self.scope: AbstractContextManager[_transaction.Transaction] | None = None
+        self.tx: _transaction.Transaction | None = None
 
     def step(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         """On the lane: begin if not yet begun (BEGIN goes with the first step), then
@@ -81,7 +81,7 @@ class _Held:
             scope.__exit__(exc_type, exc, tb)
 
 
-def _execute(tx: _store.Transaction, query: Any, params: Any) -> list[tuple[Any, ...]]:
+def _execute(tx: _transaction.Transaction, query: Any, params: Any) -> list[tuple[Any, ...]]:
     """One statement on the transaction's driver connection (apsw or psycopg); its rows."""
     conn = tx.connection
     if isinstance(conn, psycopg.Connection):
@@ -90,7 +90,9 @@ def _execute(tx: _store.Transaction, query: Any, params: Any) -> list[tuple[Any,
     return list(conn.execute(query, params))
 
 
-def _with_connection(tx: _store.Transaction, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+def _with_connection(
+    tx: _transaction.Transaction, fn: Callable[..., R], *args: Any, **kwargs: Any
+) -> R:
     return fn(tx.connection, *args, **kwargs)
 
 
@@ -119,7 +121,7 @@ class AsyncTransaction:
         headers: dict[str, str] | None = None,
     ) -> None:
         """`Transaction.append`: visible in the log when the transaction commits."""
-        await self._step(_store.Transaction.append, event, key=key, headers=headers)
+        await self._step(_transaction.Transaction.append, event, key=key, headers=headers)
 
     async def append_many(
         self,
@@ -130,7 +132,7 @@ class AsyncTransaction:
     ) -> None:
         """`Transaction.append_many`: in order, with the same key and headers."""
         events = list(events)  # an iterator is read here, not on the lane
-        await self._step(_store.Transaction.append_many, events, key=key, headers=headers)
+        await self._step(_transaction.Transaction.append_many, events, key=key, headers=headers)
 
     @overload
     async def enqueue(
@@ -145,11 +147,11 @@ class AsyncTransaction:
         queue: str,
         payload: object,
         *,
-        on_duplicate: _queue.OnDuplicate = "raise",
+        on_duplicate: _encoding.OnDuplicate = "raise",
         **options: Any,
     ) -> int | None:
         """`Transaction.enqueue`: a job that exists only if this transaction commits."""
-        enqueue: Callable[..., int | None] = _store.Transaction.enqueue  # both overloads
+        enqueue: Callable[..., int | None] = _transaction.Transaction.enqueue  # both overloads
         return await self._step(enqueue, queue, payload, on_duplicate=on_duplicate, **options)
 
     async def execute(self, query: Any, params: Any = None) -> list[tuple[Any, ...]]:

@@ -29,7 +29,8 @@ from alkstore import _checks, _errors
 if TYPE_CHECKING:
     from alkstore._engine import Engine
     from alkstore._jobs import Job
-    from alkstore._queue import Queue, QueueConfig
+    from alkstore._queue import Queue
+    from alkstore._queue_config import QueueConfig
 
 HeadPolicy = Literal["block", "dead_letter", "park"]
 POLICIES: tuple[str, ...] = get_args(HeadPolicy)

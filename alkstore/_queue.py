@@ -10,10 +10,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Literal, Protocol, overload
-
-import msgspec
+from typing import Any, Literal, overload
 
 from alkstore import (
     _backoff,
@@ -22,6 +19,7 @@ from alkstore import (
     _config,
     _cursor,
     _effects,
+    _encoding,
     _engine,
     _errors,
     _events,
@@ -29,13 +27,10 @@ from alkstore import (
     _leases,
     _ops,
     _ordering,
-    _sql,
-    _tracing,
+    _queue_config,
     observe,
 )
 
-DEFAULT_MAX_ATTEMPTS = _sql.DEFAULT_MAX_ATTEMPTS  # one value, the SQL's too
-DEFAULT_VISIBILITY = _checks.DEFAULT_VISIBILITY
 DEFAULT_MAX_PAYLOAD = _checks.DEFAULT_MAX_PAYLOAD
 CONFIG_TTL = 5.0  # seconds a Queue object trusts the stored defaults it read
 EXHAUSTED_EVERY = 1.0  # seconds between claim_many's looks for exhausted jobs to bury
@@ -43,8 +38,6 @@ DUE_LEVELS = 32  # priority levels next_due() probes; past them its answer is ca
 DUE_UNSURE = 1.0  # seconds: next_due()'s cap when the queue holds more priority levels
 CLAIM_LEVELS = 32  # priority levels a claim range-scans one by one; below them it walks
 SWEEP_BATCH = 1_000  # rows per statement of the sweep (alkstore/_maintenance.py)
-_INT32 = _checks.INT32
-_encode = msgspec.json.Encoder().encode
 
 
 @dataclass
@@ -70,132 +63,11 @@ class Runtime:
         return self.engine.now_ms() if self.clock is None else int(self.clock() * 1000)
 
 
-class Encoding(Protocol):
-    """What encoding a job needs: a Runtime, or `alkstore.enqueue`'s settings on a
-    connection the application owns (alkstore/_append.py)."""
-
-    @property
-    def clock(self) -> Callable[[], float] | None: ...
-    @property
-    def max_payload_bytes(self) -> int: ...
-
-
-class QueueConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """Per-queue defaults, stored in the database so every process uses the same."""
-
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    backoff: _backoff.Backoff = _backoff.DEFAULT_BACKOFF
-    visibility: float = DEFAULT_VISIBILITY
-    dead_retention: float | None = None
-    ordered: bool = False  # per-key ordered delivery (docs/adr/0021)
-    on_head_failure: _ordering.HeadPolicy = "block"
-    concurrency: int | None = None  # cluster-wide limits (docs/adr/0021); None: none
-    key_concurrency: int | None = None
-    rate_limit: int | None = None  # starts per rate_period seconds
-    rate_period: float = 1.0
-    key_rate_limit: int | None = None  # starts per rate_period per job key
-
-    @property
-    def limited(self) -> bool:
-        return bool(
-            self.concurrency or self.key_concurrency or self.rate_limit or self.key_rate_limit
-        )
-
-
-# The checks live in _checks (shared with the bulk path, _bulk); these names stay for
-# the modules that use them through _queue.
+# The checks live in _checks (shared with the bulk path, _bulk); short names for this
+# module's own use.
 seconds = _checks.seconds
 lease_ms = _checks.lease_ms
-encode_payload = _checks.encode_payload
 _whole = _checks.whole
-_instant_ms = _checks.instant_ms
-
-
-def plain_params(runtime: Encoding, queue: str, payload: object) -> dict[str, Any]:
-    """One job with every option at its default (the hot path: `queue` already checked).
-    Times are relative to the statement's `now` (the database's, ADR 0012)."""
-    clock = runtime.clock
-    type_name, raw = encode_payload(payload, runtime.max_payload_bytes)
-    return {
-        "queue": queue,
-        "priority": 0,
-        "run_at": None,
-        "delay_ms": 0,
-        "now": None if clock is None else int(clock() * 1000),
-        "expires_at": None,
-        "expires_ms": None,
-        "max_attempts": None,
-        "backoff": None,
-        "dedupe_key": None,
-        "type": type_name,
-        "key": None,
-        "position": None,
-        "headers": _tracing.encoded(),  # the current span's trace context (ADR 0019)
-        "payload": raw,
-    }
-
-
-def enqueue_params(
-    runtime: Encoding,
-    queue: str,
-    payload: object,
-    *,
-    delay: float | None = None,
-    run_at: datetime | float | None = None,
-    priority: int = 0,
-    max_attempts: int | None = None,
-    backoff: _backoff.Backoff | None = None,
-    expires: datetime | float | None = None,
-    dedupe_key: str | None = None,
-    headers: dict[str, str] | None = None,
-    group: str | None = None,
-) -> dict[str, Any]:
-    """Validate and encode one job; raises before anything touches the database.
-    `group`: the job's key, which orders it behind the older jobs of that key when the
-    queue is ordered (docs/adr/0021)."""
-    _config.check_name("queue", queue)
-    if delay is not None and run_at is not None:
-        raise _errors.InvalidArgument("pass delay or run_at, not both")
-    _checks.dedupe_key(dedupe_key)
-    params = plain_params(runtime, queue, payload)
-    if delay is not None:
-        params["delay_ms"] = int(seconds("delay", delay) * 1000)
-    elif run_at is not None:
-        params["run_at"] = _instant_ms("run_at", run_at)  # epoch seconds or a datetime
-    params["priority"] = _whole("priority", priority, -_INT32)
-    if isinstance(expires, datetime):
-        params["expires_at"] = _instant_ms("expires", expires)
-    elif expires is not None:
-        params["expires_ms"] = int(seconds("expires", expires) * 1000)
-    if max_attempts is not None:
-        params["max_attempts"] = _whole("max_attempts", max_attempts, 1)
-    if backoff is not None:
-        params["backoff"] = _backoff.encode(backoff)
-    params["dedupe_key"] = dedupe_key
-    if group is not None:
-        params["key"] = _ordering.check_group(group)
-    encoded_headers = _events.codec.encode_headers(_tracing.merged(headers) if headers else None)
-    if encoded_headers:
-        params["headers"] = encoded_headers.decode()
-    return params
-
-
-OnDuplicate = _bulk.OnDuplicate
-
-
-def enqueue_query(params: dict[str, Any]) -> str:
-    """The named query for one job: the ON CONFLICT form only when there is a dedupe key."""
-    return "enqueue" if params["dedupe_key"] is None else "enqueue_dedupe"
-
-
-def check_duplicate(
-    rows: list[tuple[Any, ...]], params: dict[str, Any], on_duplicate: OnDuplicate
-) -> int | None:
-    if rows:
-        return int(rows[0][0])
-    if on_duplicate == "ignore":
-        return None
-    raise _errors.DuplicateJob(params["queue"], params["dedupe_key"])
 
 
 class Queue(_ops.Operations):
@@ -208,7 +80,7 @@ class Queue(_ops.Operations):
         self.name = _config.check_name("queue", name)
         self._rt = runtime
         self._engine = runtime.engine
-        self._config: QueueConfig | None = None
+        self._config: _queue_config.QueueConfig | None = None
         self._config_read = 0.0
         postgres = self._engine.name == "postgres"
         self._claims = _cursor.Claims(self._engine) if postgres else None
@@ -216,7 +88,7 @@ class Queue(_ops.Operations):
 
     # -- configuration ---------------------------------------------------------------
 
-    def config(self, *, refresh: bool = False) -> QueueConfig:
+    def config(self, *, refresh: bool = False) -> _queue_config.QueueConfig:
         """The queue's stored defaults (the built-in ones if never configured).
 
         Cached for CONFIG_TTL seconds: a change made by another process applies here
@@ -225,24 +97,7 @@ class Queue(_ops.Operations):
         if self._config is None or refresh or now - self._config_read > CONFIG_TTL:
             self._config_read = now
             rows = self._engine.run("queue_config", {"queue": self.name})
-            if rows:
-                attempts, backoff, visibility_ms, retention_ms, ordered, policy = rows[0][:6]
-                limit, key_limit, rate, period_ms, key_rate = rows[0][6:]
-                self._config = QueueConfig(
-                    max_attempts=attempts,
-                    backoff=_backoff.decode(backoff),
-                    visibility=visibility_ms / 1000,
-                    dead_retention=None if retention_ms is None else retention_ms / 1000,
-                    ordered=bool(ordered),
-                    on_head_failure=policy,
-                    concurrency=limit,
-                    key_concurrency=key_limit,
-                    rate_limit=rate,
-                    rate_period=1.0 if period_ms is None else period_ms / 1000,
-                    key_rate_limit=key_rate,
-                )
-            else:
-                self._config = QueueConfig()
+            self._config = _queue_config.from_row(rows[0]) if rows else _queue_config.QueueConfig()
         return self._config
 
     def configure(
@@ -259,7 +114,7 @@ class Queue(_ops.Operations):
         rate_limit: int | None = None,
         rate_period: float | None = None,
         key_rate_limit: int | None = None,
-    ) -> QueueConfig:
+    ) -> _queue_config.QueueConfig:
         """Store new defaults for this queue (unspecified ones keep their value).
 
         `ordered`: hand out the jobs of each key one at a time, in enqueue order (the
@@ -273,52 +128,21 @@ class Queue(_ops.Operations):
         started per `rate_period` seconds (default 1); `key_rate_limit`, the same per
         job key."""
         current = self.config(refresh=True)
-        new = QueueConfig(
-            max_attempts=current.max_attempts
-            if max_attempts is None
-            else _whole("max_attempts", max_attempts, 1),
-            backoff=current.backoff if backoff is None else backoff,
-            visibility=current.visibility
-            if visibility is None
-            else lease_ms("visibility", visibility) / 1000,
-            dead_retention=current.dead_retention
-            if dead_retention is None
-            else seconds("dead_retention", dead_retention, positive=True),
-            ordered=current.ordered if ordered is None else bool(ordered),
-            on_head_failure=current.on_head_failure
-            if on_head_failure is None
-            else _ordering.check_policy(on_head_failure),
-            concurrency=_ordering.limit("concurrency", concurrency, current.concurrency),
-            key_concurrency=_ordering.limit(
-                "key_concurrency", key_concurrency, current.key_concurrency
-            ),
-            rate_limit=_ordering.limit("rate_limit", rate_limit, current.rate_limit),
-            rate_period=current.rate_period
-            if rate_period is None
-            else lease_ms("rate_period", rate_period) / 1000,
-            key_rate_limit=_ordering.limit(
-                "key_rate_limit", key_rate_limit, current.key_rate_limit
-            ),
+        new = _queue_config.changed(
+            current,
+            max_attempts=max_attempts,
+            backoff=backoff,
+            visibility=visibility,
+            dead_retention=dead_retention,
+            ordered=ordered,
+            on_head_failure=on_head_failure,
+            concurrency=concurrency,
+            key_concurrency=key_concurrency,
+            rate_limit=rate_limit,
+            rate_period=rate_period,
+            key_rate_limit=key_rate_limit,
         )
-        self._engine.run(
-            "queue_configure",
-            {
-                "queue": self.name,
-                "max_attempts": new.max_attempts,
-                "backoff": _backoff.encode(new.backoff),
-                "visibility_ms": round(new.visibility * 1000),
-                "dead_retention_ms": None
-                if new.dead_retention is None
-                else int(new.dead_retention * 1000),
-                "ordered": new.ordered,
-                "head_policy": new.on_head_failure,
-                "limit": new.concurrency,
-                "key_limit": new.key_concurrency,
-                "rate": new.rate_limit,
-                "period": round(new.rate_period * 1000),
-                "key_rate": new.key_rate_limit,
-            },
-        )
+        self._engine.run("queue_configure", _queue_config.stored(self.name, new))
         self._config = new
         return new
 
@@ -337,7 +161,7 @@ class Queue(_ops.Operations):
         self, payload: object, *, on_duplicate: Literal["replace"], **options: Any
     ) -> int: ...
     def enqueue(
-        self, payload: object, *, on_duplicate: OnDuplicate = "raise", **options: Any
+        self, payload: object, *, on_duplicate: _encoding.OnDuplicate = "raise", **options: Any
     ) -> int | None:
         """Enqueue one job in its own transaction; returns its id (None: ignored duplicate).
 
@@ -345,15 +169,15 @@ class Queue(_ops.Operations):
         headers. Inside a business transaction use `tx.enqueue(queue, ...)` instead.
         """
         if options:
-            params = enqueue_params(self._rt, self.name, payload, **options)
+            params = _encoding.enqueue_params(self._rt, self.name, payload, **options)
         else:  # the common case: no option to check, and the name was checked once
-            params = plain_params(self._rt, self.name, payload)
+            params = _encoding.plain_params(self._rt, self.name, payload)
         if on_duplicate == "replace":  # debounce / replace (ADR 0022)
             with self._engine.transaction() as conn:
                 job_id: int | None = _effects.replace_in(self._engine, conn, params)
         else:
-            rows = self._engine.run(enqueue_query(params), params)
-            job_id = check_duplicate(rows, params, on_duplicate)
+            rows = self._engine.run(_encoding.enqueue_query(params), params)
+            job_id = _encoding.check_duplicate(rows, params, on_duplicate)
         self._engine.committed()
         if observe.counts is not None and job_id is not None:
             observe.counts.enqueued(self._engine.namespace, self.name, 1)
@@ -363,7 +187,7 @@ class Queue(_ops.Operations):
         self,
         items: Iterable[object],
         *,
-        on_duplicate: OnDuplicate = "raise",
+        on_duplicate: _encoding.OnDuplicate = "raise",
         **options: Any,
     ) -> list[int | None]:
         """Enqueue several jobs in one transaction; their ids in input order (None: an

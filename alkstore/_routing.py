@@ -229,7 +229,7 @@ class Lease:
     def __init__(self, rt: _queue.Runtime, name: str, ttl: float) -> None:
         self._rt = rt
         self.name = name
-        self.ttl_ms = _queue.lease_ms("ttl", ttl)  # never a 0 ms lease
+        self.ttl_ms = _checks.lease_ms("ttl", ttl)  # never a 0 ms lease
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.token: int | None = None
 
@@ -304,7 +304,7 @@ def relay_batch(rt: _queue.Runtime, lease: Lease | None, batch: int = 5_000) -> 
 
 def prune_log(rt: _queue.Runtime, older_than: float, batch: int = 10_000) -> int:
     """Delete events every subscription has passed that are older than `older_than` s."""
-    before = rt.now_ms() - int(_queue.seconds("older_than", older_than) * 1000)
+    before = rt.now_ms() - int(_checks.seconds("older_than", older_than) * 1000)
     total = 0
     while True:
         n = len(rt.engine.run("prune_log", {"before": before, "batch": batch}))

@@ -56,7 +56,7 @@ class Schedule(msgspec.Struct, frozen=True, kw_only=True):
 def parse_every(every: str | float) -> int:
     """ "30s", "5m", "1h30m", "250ms", "1d", or seconds as a number -> milliseconds (> 0)."""
     if isinstance(every, int | float) and not isinstance(every, bool):
-        ms = round(_queue.seconds("every", every, positive=True) * 1000)
+        ms = round(_checks.seconds("every", every, positive=True) * 1000)
     elif isinstance(every, str) and _EVERY.fullmatch(text := every.strip()):
         parts = _DURATION.findall(text)
         units = [unit for _, unit in parts]
@@ -231,7 +231,7 @@ class Schedules:
             if start_at.tzinfo is None:
                 raise _errors.InvalidArgument("start_at must be timezone-aware")
             return round(start_at.timestamp() * 1000)
-        return round(_queue.seconds("start_at", start_at) * 1000)  # epoch seconds
+        return round(_checks.seconds("start_at", start_at) * 1000)  # epoch seconds
 
     def add(
         self,

@@ -24,7 +24,7 @@ from alkstore import _engine, _errors
 
 if TYPE_CHECKING:
     from alkstore._jobs import Job
-    from alkstore._store import Transaction
+    from alkstore._transaction import Transaction
 
 
 class JobTransaction:

@@ -42,7 +42,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/async_api.py`
 
 import alkstore
-from alkstore import _queue, _sql
+from alkstore import _encoding, _queue, _sql
 from bench._common import (
     Backend,
     OrderPlaced,
@@ -199,7 +199,7 @@ class Bench:
             conn = conns[i]
 
             async def op() -> None:
-                params = _queue.plain_params(runtime, "bench_native", payload)
+                params = _encoding.plain_params(runtime, "bench_native", payload)
                 cursor = await conn.execute(query, params, prepare=True)
                 await cursor.fetchall()
 

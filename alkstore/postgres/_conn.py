@@ -42,83 +42,15 @@ from psycopg.adapt import AdaptersMap
 from psycopg.rows import Row, RowFactory, TupleRow, tuple_row
 
 from alkstore import _errors
+from alkstore.postgres import _sqlstate
 
-_MISSING = (
-    psycopg.errors.UndefinedTable,
-    psycopg.errors.UndefinedFunction,
-    psycopg.errors.UndefinedColumn,
-    psycopg.errors.InvalidSchemaName,
-)
-_MISSING_STATES = {"42P01", "42883", "42703", "3F000"}
-_DENIED = "42501"  # insufficient_privilege
-# SQLSTATE classes no retry fixes: syntax error or access rule violation (42: a missing
-# privilege or object), invalid authorization (28), invalid schema name (3F)
-_PERMANENT_CLASSES = ("42", "28", "3F")
-# lock_not_available (lock_timeout, NOWAIT), serialization_failure, deadlock_detected
-_BUSY = (
-    psycopg.errors.LockNotAvailable,
-    psycopg.errors.SerializationFailure,
-    psycopg.errors.DeadlockDetected,
-)
-_BUSY_STATES = {"55P03", "40001", "40P01"}
 _DROPS_STATEMENTS = re.compile(r"^(?:DROP|ALTER|ROLLBACK|DISCARD ALL|DEALLOCATE)\b").match
 _OK = pq.ExecStatus.COMMAND_OK
 _SYNC = pq.ExecStatus.PIPELINE_SYNC
 _ROWS_OR_OK = (pq.ExecStatus.TUPLES_OK, _OK)
 _SQLSTATE = pq.DiagnosticField.SQLSTATE
-_PRIMARY = pq.DiagnosticField.MESSAGE_PRIMARY
 _NO_SUCH_STATEMENT = b"26000"  # invalid_sql_statement_name: the statement was deallocated
 PIPELINED = psycopg.capabilities.has_pipeline() and psycopg.capabilities.has_send_close_prepared()
-
-
-def _classified(
-    state: str, message: str, role: str | None, operation: str | None
-) -> _errors.AlkstoreError:
-    """The alkstore error for a server error by its SQLSTATE: a permanent one (the
-    processes stop on it, docs/adr/0020), a busy one, or a StorageError (transient)."""
-    if state in _MISSING_STATES:
-        return _errors.NotMigrated()
-    if state == _DENIED:
-        return _errors.PermissionDenied(message, role, operation)
-    if state in _BUSY_STATES:
-        return _errors.DatabaseBusy(f"{message} (SQLSTATE {state})")
-    if state[:2] in _PERMANENT_CLASSES:
-        return _errors.PermanentError(f"{message} (SQLSTATE {state})")
-    return _errors.StorageError(f"{message} (SQLSTATE {state})")
-
-
-def translated(
-    exc: psycopg.Error, operation: str | None = None, role: str | None = None
-) -> _errors.AlkstoreError:
-    """`operation`: the named query that failed, `role`: the role we log in as, for the
-    message of a denied privilege."""
-    state = exc.sqlstate or ""
-    if isinstance(exc, _MISSING):
-        return _errors.NotMigrated()
-    if isinstance(exc, _BUSY):
-        return _errors.DatabaseBusy(f"{type(exc).__name__}: {exc}")
-    if state == _DENIED or state[:2] in _PERMANENT_CLASSES:
-        message = exc.diag.message_primary or str(exc)
-        return _classified(state, message, role, operation)
-    return _errors.StorageError(f"{type(exc).__name__}: {exc}")
-
-
-@contextmanager
-def translate(operation: str | None = None, role: str | None = None) -> Iterator[None]:
-    """Stop psycopg errors at the seam (`operation`: the named query that runs)."""
-    try:
-        yield
-    except psycopg.Error as exc:
-        raise translated(exc, operation, role) from exc
-
-
-def _result_error(result: pq.abc.PGresult, role: str | None = None) -> _errors.AlkstoreError:
-    state = (result.error_field(_SQLSTATE) or b"").decode()
-    if state == _DENIED:
-        primary = (result.error_field(_PRIMARY) or b"").decode("utf-8", "replace")
-        return _classified(state, primary, role, None)
-    message = result.error_message.decode("utf-8", "replace").strip()
-    return _classified(state, message, role, None)
 
 
 if hasattr(select, "poll"):
@@ -264,7 +196,7 @@ class Connection(psycopg.Connection[TupleRow]):
             result = pgconn.exec_params(query, values)
             self._alk_unsure = False
             if result.status not in _ROWS_OR_OK:
-                raise _result_error(result, self._alk_role)
+                raise _sqlstate.result_error(result, self._alk_role)
             return result
         for _ in range(2):
             if name not in self._alk_prepared:
@@ -280,7 +212,7 @@ class Connection(psycopg.Connection[TupleRow]):
             self._alk_prepared.discard(name)
         self._alk_unsure = False
         if result.status not in _ROWS_OR_OK:
-            raise _result_error(result, self._alk_role)
+            raise _sqlstate.result_error(result, self._alk_role)
         return result
 
     def run_prepared_in(
@@ -343,7 +275,7 @@ class Connection(psycopg.Connection[TupleRow]):
         while (result := self._alk_next_result()) is not None:
             tag = result.command_status
             if result.status != _OK and error is None:
-                error = _result_error(result, self._alk_role)
+                error = _sqlstate.result_error(result, self._alk_role)
         self._alk_unsure = False
         if error is not None:
             raise error
@@ -368,7 +300,7 @@ class Connection(psycopg.Connection[TupleRow]):
                 break
             last = result
             if result.status == pq.ExecStatus.FATAL_ERROR and error is None:
-                error = _result_error(result, self._alk_role)
+                error = _sqlstate.result_error(result, self._alk_role)
                 self.failed_state = (result.error_field(_SQLSTATE) or b"").decode()
         pgconn.exit_pipeline_mode()
         self._alk_in_flight = False

@@ -30,6 +30,7 @@ from alkstore.postgres import (
     _pool,
     _prepared,
     _session,
+    _sqlstate,
 )
 
 log = logging.getLogger("alkstore.postgres")
@@ -56,7 +57,7 @@ FENCE_STATE = "22012"  # division_by_zero: the fenced ack deleted nothing (effec
 PREPARED = ("enqueue", "enqueue_dedupe")  # hot one-statement queries run on libpq (_prepared)
 CLOSE_WAIT = 2.0  # seconds close() waits for the notifier's last NOTIFY and the listener
 
-_translated = _conn.translated
+_translated = _sqlstate.translated
 
 
 class PostgresEngine:
@@ -130,7 +131,7 @@ class PostgresEngine:
         self.notifier = _notify.Notifier(self._conninfo, self._q["notify"], self._closed, key)
 
     def _translate(self, operation: str | None = None) -> contextlib.AbstractContextManager[None]:
-        return _conn.translate(operation, self.role)
+        return _sqlstate.translate(operation, self.role)
 
     @property
     def name(self) -> Literal["postgres"]:
@@ -431,8 +432,8 @@ class PostgresEngine:
             assert row is not None
             return int(row[0])
 
-    def reserved(self) -> _Reserved:
-        return _Reserved(self._url, self._q, self._closed, self._sessions, self.role)
+    def reserved(self) -> _session.Reserved:
+        return _session.Reserved(self._url, self._q, self._closed, self._sessions, self.role)
 
     @contextmanager
     def sweep_lock(self, now_ms: int | None) -> Iterator[bool]:
@@ -471,43 +472,3 @@ class PostgresEngine:
         if self._listener is not None:
             self._listener.join(max(0.0, deadline - time.monotonic()))
         self._pool.close()
-
-
-class _Reserved:
-    """A connection of its own, outside the pool: lease renewal never waits for one the
-    application's handlers hold (ADR 0012). Connects on first use and after a failure."""
-
-    def __init__(
-        self,
-        url: str,
-        queries: dict[str, LiteralString],
-        closed: threading.Event,
-        sessions: _session.Sessions,
-        role: str,
-    ):
-        self._url = url
-        self._q = queries
-        self._closed = closed
-        self._sessions = sessions
-        self.role = role
-        self._conn: psycopg.Connection[Any] | None = None
-
-    def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        if self._closed.is_set():
-            raise _errors.AlkstoreError("the store is closed")
-        try:
-            if self._conn is None or self._conn.closed:
-                self._conn = psycopg.connect(self._url, autocommit=True)  # timeout: conninfo
-                self._sessions.configure(self._conn)
-            cursor = self._conn.execute(self._q[name], params)
-            return cursor.fetchall() if cursor.description else []
-        except psycopg.Error as exc:
-            if self._conn is not None and self._conn.broken:
-                self._conn.close()
-                self._conn = None
-            raise _translated(exc, name, self.role) from exc
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None

@@ -11,10 +11,10 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from alkstore import _engine, _errors, _sql
-from alkstore.postgres import _conn, _notify
+from alkstore.postgres import _notify, _sqlstate
 
 _PACKAGE = "alkstore.postgres"
-translate = _conn.translate
+translate = _sqlstate.translate
 
 
 def insert(

@@ -25,13 +25,14 @@ connection with a backend process id of its own making, not the server's.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any, LiteralString
 
 import psycopg
 
 from alkstore import _errors
-from alkstore.postgres import _conn
+from alkstore.postgres import _conn, _sqlstate
 
 READ_COMMITTED = "read committed"
 
@@ -86,3 +87,43 @@ class Sessions:
             # A session of its own: READ COMMITTED whatever the database default is
             # (the sequencer relies on each statement seeing everything committed before it)
             conn.execute(self._set_isolation)
+
+
+class Reserved:
+    """A connection of its own, outside the pool: lease renewal never waits for one the
+    application's handlers hold (ADR 0012). Connects on first use and after a failure."""
+
+    def __init__(
+        self,
+        url: str,
+        queries: dict[str, LiteralString],
+        closed: threading.Event,
+        sessions: Sessions,
+        role: str,
+    ):
+        self._url = url
+        self._q = queries
+        self._closed = closed
+        self._sessions = sessions
+        self.role = role
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        if self._closed.is_set():
+            raise _errors.AlkstoreError("the store is closed")
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(self._url, autocommit=True)  # timeout: conninfo
+                self._sessions.configure(self._conn)
+            cursor = self._conn.execute(self._q[name], params)
+            return cursor.fetchall() if cursor.description else []
+        except psycopg.Error as exc:
+            if self._conn is not None and self._conn.broken:
+                self._conn.close()
+                self._conn = None
+            raise _sqlstate.translated(exc, name, self.role) from exc
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
