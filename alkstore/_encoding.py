@@ -5,10 +5,9 @@ connection share them (docs/adr/0006, 0012)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any, Protocol
 
-from alkstore import _backoff, _bulk, _checks, _config, _errors, _events, _ordering, _tracing
+from alkstore import _bulk, _checks, _config, _errors, _tracing
 
 
 class Encoding(Protocol):
@@ -46,47 +45,30 @@ def plain_params(runtime: Encoding, queue: str, payload: object) -> dict[str, An
 
 
 def enqueue_params(
-    runtime: Encoding,
-    queue: str,
-    payload: object,
-    *,
-    delay: float | None = None,
-    run_at: datetime | float | None = None,
-    priority: int = 0,
-    max_attempts: int | None = None,
-    backoff: _backoff.Backoff | None = None,
-    expires: datetime | float | None = None,
-    dedupe_key: str | None = None,
-    headers: dict[str, str] | None = None,
-    group: str | None = None,
+    runtime: Encoding, queue: str, payload: object, **options: Any
 ) -> dict[str, Any]:
-    """Validate and encode one job; raises before anything touches the database.
-    `group`: the job's key, which orders it behind the older jobs of that key when the
-    queue is ordered (docs/adr/0021)."""
+    """Validate and encode one job; raises before anything touches the database. The
+    options (`delay`, `run_at`, `priority`, `max_attempts`, `backoff`, `expires`,
+    `dedupe_key`, `headers`, `group`) are checked as the bulk path checks them
+    (`_bulk.options`); `group` is the job's key, which orders it behind the older jobs of
+    that key when the queue is ordered (docs/adr/0021)."""
     _config.check_name("queue", queue)
-    if delay is not None and run_at is not None:
-        raise _errors.InvalidArgument("pass delay or run_at, not both")
-    _checks.dedupe_key(dedupe_key)
+    priority, run_at_ms, delay_ms, expires_at, expires_ms, attempts, curve, key, stored, grp = (
+        _bulk.options(**options)
+    )
     params = plain_params(runtime, queue, payload)
-    if delay is not None:
-        params["delay_ms"] = int(_checks.seconds("delay", delay) * 1000)
-    elif run_at is not None:
-        params["run_at"] = _checks.instant_ms("run_at", run_at)  # epoch seconds or a datetime
-    params["priority"] = _checks.whole("priority", priority, -_checks.INT32)
-    if isinstance(expires, datetime):
-        params["expires_at"] = _checks.instant_ms("expires", expires)
-    elif expires is not None:
-        params["expires_ms"] = int(_checks.seconds("expires", expires) * 1000)
-    if max_attempts is not None:
-        params["max_attempts"] = _checks.whole("max_attempts", max_attempts, 1)
-    if backoff is not None:
-        params["backoff"] = _backoff.encode(backoff)
-    params["dedupe_key"] = dedupe_key
-    if group is not None:
-        params["key"] = _ordering.check_group(group)
-    encoded_headers = _events.codec.encode_headers(_tracing.merged(headers) if headers else None)
-    if encoded_headers:
-        params["headers"] = encoded_headers.decode()
+    params.update(
+        priority=priority,
+        run_at=run_at_ms,
+        delay_ms=delay_ms,
+        expires_at=expires_at,
+        expires_ms=expires_ms,
+        max_attempts=attempts,
+        backoff=curve,
+        dedupe_key=key,
+        key=grp,
+        headers=stored,
+    )
     return params
 
 
